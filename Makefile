@@ -1,0 +1,39 @@
+# Every target works on a fresh clone with nothing installed: it makes .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP_FLAGS := --disable-pip-version-check -q
+
+.PHONY: install test test-fast bench docs lint typecheck clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install $(PIP_FLAGS) --upgrade pip
+	$(BIN)/python -m pip install $(PIP_FLAGS) -c constraints.txt -e ".[dev,bench,docs]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the whole test suite (unit, conformance, doctests in src/ and docs/).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## Quick subset: everything but slow and torch.compile tests.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not compile"
+
+## The main job: the benchmark suite in its quick setting.
+bench: $(STAMP)
+	$(BIN)/hardgrad bench --quick --out bench-results
+
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) docs/_build bench-results build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,46 @@
+"""hardgrad: gradients through hard, non-differentiable operations in PyTorch.
+
+>>> import torch, hardgrad as hg
+>>> x = torch.tensor([0.4, 1.6], requires_grad=True)
+>>> hg.round(x).sum().backward()
+>>> x.grad
+tensor([1., 1.])
+"""
+
+from . import ops, surrogates
+from ._validation import set_validation, validation_enabled
+from ._version import __version__
+from .ops import (
+    binarize,
+    ceil,
+    clamp,
+    floor,
+    heaviside,
+    one_hot_argmax,
+    quantize,
+    round,
+    sign,
+    straight_through,
+    topk_mask,
+    trunc,
+)
+
+__all__ = [
+    "__version__",
+    "binarize",
+    "ceil",
+    "clamp",
+    "floor",
+    "heaviside",
+    "one_hot_argmax",
+    "ops",
+    "quantize",
+    "round",
+    "set_validation",
+    "sign",
+    "straight_through",
+    "surrogates",
+    "topk_mask",
+    "trunc",
+    "validation_enabled",
+]

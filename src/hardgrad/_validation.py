@@ -1,0 +1,134 @@
+"""Argument checks shared by every public function.
+
+Messages follow one pattern: they name the argument, say what was expected and what was
+found, e.g. ``ValueError: Expected `tau` > 0, but found tau=0.0``.
+
+Shape and dtype checks always run. Checks that read tensor *values* (and so would force a
+device synchronisation) run only while validation is enabled (the default) and only on
+plain tensors in eager mode: never under ``torch.compile`` or inside ``torch.func``
+transforms, where they would break the graph. Switch them off with
+:func:`set_validation`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_VALIDATION = True
+
+
+def set_validation(enabled: bool) -> None:
+    """Turn the value checks that need a device synchronisation on or off.
+
+    Args:
+        enabled: ``True`` (the default state) scans tensor arguments such as a quantizer's
+            ``scale`` for invalid values; ``False`` skips those scans. Shape, dtype and
+            Python-number checks always run.
+
+    Example:
+        >>> import hardgrad as hg
+        >>> hg.set_validation(False)
+        >>> hg.validation_enabled()
+        False
+        >>> hg.set_validation(True)
+    """
+    global _VALIDATION
+    if not isinstance(enabled, bool):
+        raise TypeError(f"Expected `enabled` to be a bool, but found {type(enabled).__name__}")
+    _VALIDATION = enabled
+
+
+def validation_enabled() -> bool:
+    """Whether value checks that need a device synchronisation are on."""
+    return _VALIDATION
+
+
+def _is_transformed(x: Tensor) -> bool:
+    """True when ``x`` is wrapped by a ``torch.func`` transform (vmap, grad, ...)."""
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(x))
+    except AttributeError:  # pragma: no cover - older or newer torch without this helper
+        return False
+
+
+def value_checks_apply(x: Tensor) -> bool:
+    """Whether a value scan of ``x`` is allowed now (enabled, eager, untransformed)."""
+    return _VALIDATION and not torch.compiler.is_compiling() and not _is_transformed(x)
+
+
+def check_tensor(x: Any, name: str) -> Tensor:
+    """``x`` must be a tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"Expected `{name}` to be a torch.Tensor, but found {type(x).__name__}")
+    return x
+
+
+def check_floating(x: Any, name: str) -> Tensor:
+    """``x`` must be a floating-point tensor (float64, float32, float16, bfloat16)."""
+    check_tensor(x, name)
+    if not x.is_floating_point():
+        raise TypeError(
+            f"Expected `{name}` to be a floating-point tensor, but found dtype={x.dtype}"
+        )
+    return x
+
+
+def check_real(value: Any, name: str) -> float:
+    """``value`` must be a real Python number (bools are rejected) that is not NaN."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"Expected `{name}` to be a real number, but found {type(value).__name__}")
+    result = float(value)
+    if math.isnan(result):
+        raise ValueError(f"Expected `{name}` to be a number, but found {name}=nan")
+    return result
+
+
+def check_positive(value: Any, name: str) -> float:
+    """``value`` must be a finite real number > 0."""
+    result = check_real(value, name)
+    if not (result > 0 and math.isfinite(result)):
+        raise ValueError(f"Expected `{name}` > 0 and finite, but found {name}={value!r}")
+    return result
+
+
+def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` must be an int (not a bool) in ``[low, high]`` where given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"Expected `{name}` to be an int, but found {type(value).__name__}")
+    result = int(value)
+    if low is not None and result < low:
+        raise ValueError(f"Expected `{name}` >= {low}, but found {name}={result}")
+    if high is not None and result > high:
+        raise ValueError(f"Expected `{name}` <= {high}, but found {name}={result}")
+    return result
+
+
+def check_dim(x: Tensor, dim: Any, name: str = "dim") -> int:
+    """``dim`` must index a dimension of ``x``; returns it as a non-negative int."""
+    ndim = x.dim()
+    if ndim == 0:
+        raise ValueError(f"Expected a tensor with at least 1 dimension for `{name}`, but found a 0-dim tensor")
+    dim = check_int(dim, name)
+    if not -ndim <= dim < ndim:
+        raise ValueError(
+            f"Expected `{name}` in [{-ndim}, {ndim - 1}] for a {ndim}-dim tensor, but found {name}={dim}"
+        )
+    return dim % ndim
+
+
+def check_broadcastable_to(t: Tensor, shape: torch.Size, name: str, target: str = "x") -> None:
+    """``t`` must broadcast to ``shape`` without changing it."""
+    try:
+        broadcast = torch.broadcast_shapes(t.shape, shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != shape:
+        raise ValueError(
+            f"Expected `{name}` to be broadcastable to `{target}`'s shape {tuple(shape)}, "
+            f"but found shape {tuple(t.shape)}"
+        )

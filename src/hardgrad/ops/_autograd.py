@@ -1,0 +1,116 @@
+"""The three autograd Functions behind every elementwise hard op.
+
+Each computes ``hard(x)`` exactly in forward and differs only in what it saves:
+
+* :class:`IdentityGradient`: nothing; backward returns the incoming gradient.
+* :class:`MaskedGradient`: a bool mask (1 byte per element) computed in forward;
+  backward keeps the gradient where the mask is set and zeroes it elsewhere.
+* :class:`SurrogateGradient`: the input itself (no copy); backward multiplies by the
+  surrogate's derivative at the input.
+
+``hard`` and ``mask`` are plain callables of the input (``torch.round``, a
+``functools.partial`` of ``torch.clamp``, a surrogate's ``support``) so that one
+Function serves every op, under ``torch.compile`` and ``torch.func`` alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..surrogates import Surrogate
+
+HardFn = Callable[[Tensor], Tensor]
+
+
+class IdentityGradient(torch.autograd.Function):
+    """Forward ``hard(x)``; backward passes the gradient through unchanged."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, hard: HardFn) -> Tensor:  # type: ignore[override]
+        return hard(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return grad, None
+
+
+class MaskedGradient(torch.autograd.Function):
+    """Forward ``(hard(x), mask(x))``; backward ``where(mask, grad, 0)``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        return hard(x), mask(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        keep = output[1]
+        ctx.mark_non_differentiable(keep)
+        ctx.save_for_backward(keep)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        (keep,) = ctx.saved_tensors
+        return torch.where(keep, grad, 0), None, None
+
+
+class MaskedFromOutputGradient(torch.autograd.Function):
+    """Forward ``(hard(x), mask(x, hard(x)))``, for masks cheapest to get from the output."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        x: Tensor, hard: HardFn, mask: Callable[[Tensor, Tensor], Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        y = hard(x)
+        return y, mask(x, y)
+
+    setup_context = MaskedGradient.setup_context
+    backward = MaskedGradient.backward
+
+
+class SurrogateGradient(torch.autograd.Function):
+    """Forward ``hard(x)``; backward ``grad * surrogate.derivative(x)``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:  # type: ignore[override]
+        return hard(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        x, _, surrogate = inputs
+        ctx.surrogate = surrogate
+        ctx.save_for_backward(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return grad * ctx.surrogate.derivative(x), None, None
+
+
+def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
+    """``hard(x)`` in forward, ``grad * surrogate.derivative(x)`` in backward.
+
+    Picks the Function that saves the least: nothing for the identity, a bool mask for
+    indicator surrogates, the input otherwise.
+    """
+    if surrogate.kind == "identity":
+        return IdentityGradient.apply(x, hard)  # type: ignore[no-any-return]
+    if surrogate.kind == "indicator":
+        y, _ = MaskedGradient.apply(x, hard, surrogate.support)
+        return y  # type: ignore[no-any-return]
+    return SurrogateGradient.apply(x, hard, surrogate)  # type: ignore[no-any-return]

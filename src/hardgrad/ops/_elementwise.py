@@ -1,0 +1,282 @@
+r"""Elementwise hard ops: rounding, signs, steps and clamps with a chosen backward.
+
+Forward values are exactly those of the torch operation (tested bit for bit in every
+floating dtype); only the backward is replaced by a surrogate derivative
+(:mod:`hardgrad.surrogates`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import surrogates as _surrogates
+from .._validation import check_broadcastable_to, check_floating, check_real
+from ._autograd import HardFn, MaskedFromOutputGradient, apply_surrogate
+
+Number = int | float
+SurrogateLike = str | _surrogates.Surrogate
+
+
+def _apply(x: Tensor, hard: HardFn, surrogate: SurrogateLike, *, family: str, op: str) -> Tensor:
+    check_floating(x, "x")
+    chosen = _surrogates.resolve(surrogate, family=family, op=op)
+    return apply_surrogate(x, hard, chosen)
+
+
+def round(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
+    r"""Round to the nearest integer (half to even) with a straight-through backward.
+
+    .. math::
+
+        y = \operatorname{round}(x), \qquad
+        \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\, s'(x),
+
+    where :math:`s'` is the surrogate's derivative: 1 for the default ``"identity"``
+    (the straight-through estimator of Bengio et al. 2013,
+    https://arxiv.org/abs/1308.3432). Biased: the true derivative is 0 almost everywhere.
+    Ties round to even, exactly as :func:`torch.round`.
+
+    Args:
+        x: a floating-point tensor.
+        surrogate: a ``"staircase"`` surrogate (name or instance); ``"identity"`` saves
+            nothing for backward.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([0.5, 1.5, -2.7], requires_grad=True)
+        >>> y = hg.round(x)
+        >>> y
+        tensor([ 0.,  2., -3.], grad_fn=<IdentityGradientBackward>)
+        >>> y.sum().backward(); x.grad
+        tensor([1., 1., 1.])
+    """
+    return _apply(x, torch.round, surrogate, family="staircase", op="round")
+
+
+def floor(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
+    r"""Round down, :math:`y = \lfloor x \rfloor`, with a straight-through backward.
+
+    Backward: :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` (identity by
+    default; Bengio et al. 2013, https://arxiv.org/abs/1308.3432). Biased.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([0.5, -0.5], requires_grad=True)
+        >>> hg.floor(x).sum().backward(); x.grad
+        tensor([1., 1.])
+    """
+    return _apply(x, torch.floor, surrogate, family="staircase", op="floor")
+
+
+def ceil(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
+    r"""Round up, :math:`y = \lceil x \rceil`, with a straight-through backward.
+
+    Backward: :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` (identity by
+    default; Bengio et al. 2013, https://arxiv.org/abs/1308.3432). Biased.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.ceil(torch.tensor([0.2, -0.2]))
+        tensor([1., -0.])
+    """
+    return _apply(x, torch.ceil, surrogate, family="staircase", op="ceil")
+
+
+def trunc(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
+    r"""Round toward zero with a straight-through backward.
+
+    Backward: :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` (identity by
+    default; Bengio et al. 2013, https://arxiv.org/abs/1308.3432). Biased.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.trunc(torch.tensor([1.7, -1.7]))
+        tensor([ 1., -1.])
+    """
+    return _apply(x, torch.trunc, surrogate, family="staircase", op="trunc")
+
+
+def sign(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
+    r"""Sign, :math:`y = \operatorname{sign}(x) \in \{-1, 0, 1\}` (0 at 0), with a surrogate backward.
+
+    .. math:: \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\, s'(x),
+        \qquad s'(x) = \mathbb 1[|x| \le 1] \text{ for the default ``"clipped"``}.
+
+    The clipped straight-through estimator of binarized networks (Hubara et al. 2016,
+    https://arxiv.org/abs/1602.02830). Biased. Use :func:`binarize` for a sign that is
+    never 0.
+
+    Args:
+        x: a floating-point tensor.
+        surrogate: a ``"step"`` surrogate (name or instance).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([-2.0, -0.5, 0.0, 0.5], requires_grad=True)
+        >>> y = hg.sign(x); y.sum().backward()
+        >>> y.detach(), x.grad
+        (tensor([-1., -1.,  0.,  1.]), tensor([0., 1., 1., 1.]))
+    """
+    return _apply(x, torch.sign, surrogate, family="step", op="sign")
+
+
+def _binarize(x: Tensor) -> Tensor:
+    one = x.new_ones(())
+    return torch.where(x >= 0, one, -one)
+
+
+def binarize(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
+    r"""Binarize to :math:`\pm 1`: :math:`y = +1` where :math:`x \ge 0`, else :math:`-1`.
+
+    Unlike :func:`sign` it never outputs 0 (0 maps to +1; NaN, which is not
+    :math:`\ge 0`, maps to -1). Backward as for :func:`sign`:
+    :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` with the clipped
+    :math:`s'(x) = \mathbb 1[|x| \le 1]` by default (Hubara et al. 2016,
+    https://arxiv.org/abs/1602.02830). Biased.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.binarize(torch.tensor([-0.3, 0.0, 2.0]))
+        tensor([-1.,  1.,  1.])
+    """
+    return _apply(x, _binarize, surrogate, family="step", op="binarize")
+
+
+def _heaviside(x: Tensor) -> Tensor:
+    return torch.heaviside(x, x.new_zeros(()))
+
+
+def heaviside(x: Tensor, *, surrogate: SurrogateLike = "sigmoid") -> Tensor:
+    r"""Step, :math:`y = \mathbb 1[x > 0]` (0 at 0 and for NaN), with a surrogate backward.
+
+    .. math:: \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\, s'(x), \qquad
+        s'(x) = \sigma(x)\,\sigma(-x) \text{ for the default ``"sigmoid"``}.
+
+    The spiking-network surrogate gradient (Neftci, Mostafa & Zenke 2019,
+    https://arxiv.org/abs/1901.09948) and the sigmoid-adjusted straight-through of
+    Bengio et al. (2013). Biased. ``torch.heaviside`` itself raises in backward.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+        >>> hg.heaviside(x, surrogate="triangle").sum().backward(); x.grad
+        tensor([0., 1., 0.])
+    """
+    return _apply(x, _heaviside, surrogate, family="step", op="heaviside")
+
+
+def _in_range(x: Tensor, y: Tensor) -> Tensor:
+    # With scalar bounds min <= max, clamp leaves x unchanged exactly where
+    # min <= x <= max, and NaN (which compares unequal) gets no gradient, as in torch.
+    return y == x
+
+
+class _ClampTensorBounds(torch.autograd.Function):
+    """clamp(x, lo, hi) with tensor bounds; lo/hi get torch.clamp's own gradients."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
+        below = x < lo
+        above = x > hi
+        return torch.clamp(x, lo, hi), below, above
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        x, lo, hi, identity = inputs
+        _, below, above = output
+        ctx.mark_non_differentiable(below, above)
+        ctx.save_for_backward(below, above)
+        ctx.identity = identity
+        ctx.shapes = (lo.shape, hi.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        below, above = ctx.saved_tensors
+        grad_x = grad if ctx.identity else torch.where(below | above, 0, grad)
+        grad_lo = grad_hi = None
+        if ctx.needs_input_grad[1]:
+            grad_lo = torch.where(below, grad, 0).sum_to_size(ctx.shapes[0])
+        if ctx.needs_input_grad[2]:
+            grad_hi = torch.where(above, grad, 0).sum_to_size(ctx.shapes[1])
+        return grad_x, grad_lo, grad_hi, None
+
+
+def _bound(value: Any, name: str, x: Tensor) -> Tensor | float | None:
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        check_floating(value, name)
+        check_broadcastable_to(value, x.shape, name)
+        return value
+    return check_real(value, name)
+
+
+def clamp(
+    x: Tensor,
+    min: Number | Tensor | None = None,
+    max: Number | Tensor | None = None,
+    *,
+    surrogate: SurrogateLike = "masked",
+) -> Tensor:
+    r"""Clamp to :math:`[\min, \max]` with a chosen backward.
+
+    .. math::
+
+        y = \operatorname{clamp}(x, a, b), \qquad
+        \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y} \cdot
+        \begin{cases} \mathbb 1[a \le x \le b] & \texttt{"masked"} \text{ (default)} \\
+        1 & \texttt{"identity"} \end{cases}
+
+    ``"masked"`` is the gradient PyTorch's own clamp gives, with the boundaries included,
+    computed from a bool mask (1 byte per element saved instead of the input);
+    ``"identity"`` passes the gradient through saturated entries too (a straight-through
+    clamp, Bengio et al. 2013, https://arxiv.org/abs/1308.3432), saving nothing.
+
+    Tensor bounds must broadcast to ``x``'s shape and are cast to its dtype; they get the
+    gradient :func:`torch.clamp` gives them (the incoming gradient where ``x`` is below
+    ``min``, resp. above ``max``, summed to their shape) with either surrogate. With
+    tensor bounds where ``min > max``, ``y = max`` as in torch and no entry is in range.
+
+    Args:
+        x: a floating-point tensor.
+        min, max: lower and upper bound (numbers or tensors); at least one is required.
+            Number bounds must satisfy ``min <= max``.
+        surrogate: ``"masked"`` or ``"identity"`` (or another ``"clamp"`` surrogate).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([-2.0, 0.0, 1.0, 3.0], requires_grad=True)
+        >>> y = hg.clamp(x, 0.0, 1.0); y.sum().backward()
+        >>> y.detach(), x.grad
+        (tensor([0., 0., 1., 1.]), tensor([0., 1., 1., 0.]))
+    """
+    check_floating(x, "x")
+    chosen = _surrogates.resolve(surrogate, family="clamp", op="clamp")
+    lo, hi = _bound(min, "min", x), _bound(max, "max", x)
+    if lo is None and hi is None:
+        raise ValueError("Expected at least one of `min` and `max`, but found both None")
+    identity = chosen.kind == "identity"
+    if isinstance(lo, Tensor) or isinstance(hi, Tensor):
+        if chosen.kind == "smooth":
+            raise ValueError(
+                f"Surrogate {chosen!r} cannot be used with tensor bounds in `clamp`; "
+                "use 'masked' or 'identity'"
+            )
+        lo_t = lo.to(x.dtype) if isinstance(lo, Tensor) else x.new_tensor(-math.inf if lo is None else lo)
+        hi_t = hi.to(x.dtype) if isinstance(hi, Tensor) else x.new_tensor(math.inf if hi is None else hi)
+        y, _, _ = _ClampTensorBounds.apply(x, lo_t, hi_t, identity)
+        return y  # type: ignore[no-any-return]
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
+    hard = functools.partial(torch.clamp, min=lo, max=hi)
+    if chosen.kind != "indicator":
+        return apply_surrogate(x, hard, chosen)
+    y, _ = MaskedFromOutputGradient.apply(x, hard, _in_range)
+    return y  # type: ignore[no-any-return]

@@ -1,0 +1,239 @@
+r"""Fake quantization with a straight-through backward and LSQ gradients for the scale."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import surrogates as _surrogates
+from .._validation import (
+    check_broadcastable_to,
+    check_floating,
+    check_int,
+    check_positive,
+    check_real,
+    check_tensor,
+    value_checks_apply,
+)
+from ._autograd import IdentityGradient
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half types are quantized in float32 (then cast back): their own arithmetic would
+    round ``x / scale`` before ``round`` sees it."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _grid(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> Tensor:
+    """The unclamped integer level, ``round(x / scale) + zero_point``.
+
+    ``x / scale`` is computed as ``x * (1 / scale)``, as PyTorch's fake-quantize kernels
+    do, so that the result is bit-identical to theirs (ties land on the same side).
+    ``zero_point=None`` stands for 0 and saves two passes over the data.
+    """
+    level = (x.to(scale.dtype) * (1.0 / scale)).round_()
+    return level if zero_point is None else level.add_(zero_point)
+
+
+def _fake_quantize(
+    x: Tensor, scale: Tensor, zero_point: Tensor | None, quant_min: int, quant_max: int
+) -> tuple[Tensor, Tensor]:
+    level = _grid(x, scale, zero_point)
+    clamped = torch.clamp(level, quant_min, quant_max)
+    keep = level == clamped
+    if zero_point is not None:
+        clamped.sub_(zero_point)
+    return clamped.mul_(scale).to(x.dtype), keep
+
+
+def _fake_quantize_value(
+    x: Tensor, scale: Tensor, zero_point: Tensor | None, quant_min: int, quant_max: int
+) -> Tensor:
+    return _fake_quantize(x, scale, zero_point, quant_min, quant_max)[0]
+
+
+class _FakeQuantize(torch.autograd.Function):
+    """Fake quantization; backward: masked STE for x, LSQ for scale and zero point."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        x: Tensor,
+        scale: Tensor,
+        zero_point: Tensor | None,
+        quant_min: int,
+        quant_max: int,
+        identity: bool,
+        grad_scale: float,
+    ) -> tuple[Tensor, Tensor]:
+        return _fake_quantize(x, scale, zero_point, quant_min, quant_max)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        x, scale, zero_point, quant_min, quant_max, identity, grad_scale = inputs
+        keep = output[1]
+        ctx.mark_non_differentiable(keep)
+        ctx.identity = identity
+        ctx.grad_scale = grad_scale
+        ctx.bounds = (quant_min, quant_max)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            ctx.save_for_backward(keep, x, scale, zero_point)
+        else:
+            ctx.save_for_backward(keep)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        keep, *qparams = ctx.saved_tensors
+        grad_x = grad if ctx.identity else torch.where(keep, grad, 0)
+        grad_scale = grad_zero_point = None
+        if qparams:
+            x, scale, zero_point = qparams
+            quant_min, quant_max = ctx.bounds
+            g = grad.to(scale.dtype)
+            x_over_s = x.to(scale.dtype) * (1.0 / scale)
+            rounded = torch.round(x_over_s)
+            level = rounded if zero_point is None else rounded + zero_point
+            offset = 0 if zero_point is None else zero_point
+            # Outside the range y = (bound - z) * s; inside y = round(x/s) * s with the
+            # rounding treated as the identity (LSQ): dy/ds = round(x/s) - x/s, dy/dz = 0.
+            if ctx.needs_input_grad[1]:
+                saturated = torch.where(level < quant_min, quant_min - offset, quant_max - offset)
+                dy_ds = torch.where(keep, rounded - x_over_s, saturated)
+                grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
+            if ctx.needs_input_grad[2]:
+                dy_dz = torch.where(keep, 0, -scale)
+                grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
+        return grad_x, grad_scale, grad_zero_point, None, None, None, None
+
+
+def _qparam(value: Any, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:
+    if isinstance(value, Tensor):
+        if value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"Expected `{name}` to be a real tensor, but found dtype={value.dtype}")
+        check_broadcastable_to(value, x.shape, name)
+        return value.to(dtype)
+    return torch.tensor(check_real(value, name), dtype=dtype, device=x.device)
+
+
+def quantize(
+    x: Tensor,
+    scale: float | Tensor,
+    zero_point: float | Tensor = 0,
+    *,
+    quant_min: int = -128,
+    quant_max: int = 127,
+    surrogate: str | _surrogates.Surrogate = "masked",
+    grad_scale: float | None = None,
+) -> Tensor:
+    r"""Fake quantization (quantize then dequantize) with STE and LSQ gradients.
+
+    Forward, with :math:`s` = ``scale``, :math:`z` = ``zero_point`` and
+    :math:`[q_-, q_+]` = ``[quant_min, quant_max]``:
+
+    .. math::
+
+        q = \operatorname{round}(x / s) + z, \qquad
+        y = \big(\operatorname{clamp}(q, q_-, q_+) - z\big)\, s,
+
+    bit-identical to :func:`torch.fake_quantize_per_tensor_affine` (float32, per-tensor
+    scale, integral zero point): like it, :math:`x/s` is computed as :math:`x \cdot (1/s)`
+    and ties round to even. float16/bfloat16 inputs are quantized in float32 and the result
+    cast back.
+
+    Backward for ``x``: ``"masked"`` (default) passes the gradient where
+    :math:`q_- \le q \le q_+` and zeroes it where the value saturates (the STE of
+    Jacob et al. 2018, https://arxiv.org/abs/1712.05877); ``"identity"`` passes it
+    everywhere. A bool mask (1 byte per element) is all that is saved unless the
+    quantization parameters need gradients.
+
+    Backward for ``scale`` and ``zero_point`` when they are tensors that require grad: the
+    LSQ gradients of Esser et al. (2020), https://arxiv.org/abs/1902.08153, extended to
+    the zero point as in LSQ+ (Bhalgat et al. 2020, https://arxiv.org/abs/2004.09576),
+    multiplied by ``grad_scale``:
+
+    .. math::
+
+        \frac{\partial y}{\partial s} = \begin{cases}
+            \operatorname{round}(x/s) - x/s & q_- \le q \le q_+ \\
+            q_- - z & q < q_- \\ q_+ - z & q > q_+ \end{cases}, \qquad
+        \frac{\partial y}{\partial z} = \begin{cases}
+            0 & q_- \le q \le q_+ \\ -s & \text{otherwise} \end{cases}
+
+    summed over the elements that share a scale. A ``scale`` (or ``zero_point``) whose shape
+    broadcasts to ``x`` gives per-channel quantization, e.g. shape ``(C, 1)`` for rows.
+    ``zero_point`` is used as given: an integral value is standard affine quantization; a
+    non-integral (learned) one moves the clamping range while the grid stays :math:`s\mathbb Z`.
+
+    Args:
+        x: floating-point tensor.
+        scale: positive number, or positive floating tensor broadcastable to ``x``.
+        zero_point: number or tensor broadcastable to ``x``.
+        quant_min, quant_max: integer range, ``quant_min < quant_max``.
+        surrogate: ``"masked"`` or ``"identity"``.
+        grad_scale: factor for the scale and zero-point gradients; ``None`` means 1.
+            LSQ recommends :math:`1/\sqrt{N q_+}` for :math:`N` elements per scale
+            (:class:`hardgrad.nn.Quantize` uses that).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([-1.0, 0.26, 0.5, 3.0], requires_grad=True)
+        >>> scale = torch.tensor(0.1, requires_grad=True)
+        >>> y = hg.quantize(x, scale, quant_min=-8, quant_max=7)
+        >>> y
+        tensor([-0.8000,  0.3000,  0.5000,  0.7000], grad_fn=<_FakeQuantizeBackward>)
+        >>> y.sum().backward()
+        >>> x.grad, scale.grad
+        (tensor([0., 1., 1., 0.]), tensor(-0.6000))
+    """
+    check_floating(x, "x")
+    chosen = _surrogates.resolve(surrogate, family="clamp", op="quantize")
+    if chosen.kind not in ("identity", "indicator"):
+        raise ValueError(
+            f"Surrogate {chosen!r} cannot be used with `quantize`; use 'masked' or 'identity'"
+        )
+    quant_min = check_int(quant_min, "quant_min")
+    quant_max = check_int(quant_max, "quant_max")
+    if quant_min >= quant_max:
+        raise ValueError(
+            f"Expected `quant_min` < `quant_max`, but found quant_min={quant_min}, "
+            f"quant_max={quant_max}"
+        )
+    factor = 1.0 if grad_scale is None else check_positive(grad_scale, "grad_scale")
+    dtype = _compute_dtype(x.dtype)
+    if isinstance(scale, Tensor):
+        check_floating(scale, "scale")
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        check_tensor(scale, "scale")
+    else:
+        check_positive(scale, "scale")
+    scale_t = _qparam(scale, "scale", x, dtype)
+    if isinstance(scale, Tensor) and value_checks_apply(scale):
+        bad = ~((scale > 0) & torch.isfinite(scale))
+        if bool(bad.any()):
+            raise ValueError(
+                f"Expected every `scale` > 0 and finite, but found {scale[bad].flatten()[:4].tolist()}"
+            )
+    zero_point_t = (
+        None
+        if not isinstance(zero_point, Tensor) and check_real(zero_point, "zero_point") == 0
+        else _qparam(zero_point, "zero_point", x, dtype)
+    )
+    identity = chosen.kind == "identity"
+    learnable = scale_t.requires_grad or (zero_point_t is not None and zero_point_t.requires_grad)
+    if identity and not learnable:
+        hard = functools.partial(
+            _fake_quantize_value,
+            scale=scale_t,
+            zero_point=zero_point_t,
+            quant_min=quant_min,
+            quant_max=quant_max,
+        )
+        return IdentityGradient.apply(x, hard)  # type: ignore[no-any-return]
+    y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)
+    return y  # type: ignore[no-any-return]

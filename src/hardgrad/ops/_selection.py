@@ -1,0 +1,245 @@
+r"""Hard selections along a dimension: one-hot argmax and top-k masks, with smooth backwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._validation import check_dim, check_floating, check_int, check_positive
+
+# Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
+# dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
+_SATURATION = 40.0
+_NEWTON_STEPS = 30
+
+
+def _finite(x: Tensor) -> Tensor:
+    """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
+    big = torch.finfo(x.dtype).max / 4
+    return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
+
+
+def _opmath(x: Tensor) -> Tensor:
+    """Half types are relaxed in float32."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, float]:
+    check_floating(x, name)
+    d = check_dim(x, dim)
+    if x.shape[d] == 0:
+        raise ValueError(
+            f"Expected `{name}` to have at least one entry along dim={dim}, but found shape {tuple(x.shape)}"
+        )
+    return d, check_positive(tau, "tau")
+
+
+def _softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
+    """VJP of ``softmax(logits / tau)``: ``p * (g - <g, p>) / tau``."""
+    p = torch.softmax(_finite(_opmath(logits) / tau), dim)
+    g = _opmath(grad)
+    return (p * (g - (g * p).sum(dim, keepdim=True)) / tau).to(grad.dtype)
+
+
+class _OneHotArgmax(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+        index = logits.argmax(dim, keepdim=True)
+        return torch.zeros_like(logits).scatter_(dim, index, 1.0)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, dim, tau = inputs
+        ctx.save_for_backward(logits)
+        ctx.dim, ctx.tau = dim, tau
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        (logits,) = ctx.saved_tensors
+        return _softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
+
+
+def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor:
+    r"""One-hot of the argmax along ``dim``, with the softmax's gradient in backward.
+
+    .. math::
+
+        y = \operatorname{onehot}\big(\arg\max_i \ell_i\big), \qquad
+        \frac{\partial L}{\partial \ell} = \frac{1}{\tau}\, p \odot
+        \Big(\frac{\partial L}{\partial y} - \Big\langle \frac{\partial L}{\partial y},
+        p \Big\rangle\Big), \quad p = \operatorname{softmax}(\ell / \tau),
+
+    i.e. the forward is the hard choice and the backward is that of
+    ``softmax(logits / tau)`` (the straight-through softmax, Bengio et al. 2013,
+    https://arxiv.org/abs/1308.3432; as in the hard Gumbel-softmax of Jang et al. 2017,
+    https://arxiv.org/abs/1611.01144, without noise). Biased. Ties go to the first index,
+    NaN counts as the largest value (``torch.argmax``); in backward NaN logits are read as 0
+    and infinite ones as large finite values, so the gradient stays finite. Only the logits
+    are saved (no copy); the softmax is recomputed in backward.
+
+    Args:
+        logits: floating tensor with at least one dimension.
+        dim: the category dimension.
+        tau: temperature of the backward's softmax, > 0.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.tensor([1.0, 3.0, 3.0, 0.0], requires_grad=True)
+        >>> y = hg.one_hot_argmax(logits)
+        >>> y
+        tensor([0., 1., 0., 0.], grad_fn=<_OneHotArgmaxBackward>)
+        >>> (y * torch.tensor([0.0, 1.0, 0.0, 0.0])).sum().backward(); logits.grad
+        tensor([-0.0283,  0.2482, -0.2094, -0.0104])
+    """
+    d, t = _check_selection(logits, dim, tau, "logits")
+    return _OneHotArgmax.apply(logits, d, t)  # type: ignore[no-any-return]
+
+
+def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
+    r"""Solve :math:`m = \sigma((x - t)/\tau)` with :math:`\sum m = k` along ``dim``.
+
+    Safeguarded Newton on the threshold :math:`t`, from the midpoint of the k-th and
+    (k+1)-th largest values, inside the bracket
+    :math:`[\min x - 40\tau, \max x + 40\tau]`, for a fixed number of steps (no
+    data-dependent control flow, so it compiles).
+    """
+    x = _finite(_opmath(x))
+    n = x.shape[dim]
+    if k == 0:
+        return torch.zeros_like(x)
+    if k == n:
+        return torch.ones_like(x)
+    top = torch.topk(x, k + 1, dim).values
+    t = 0.5 * (top.narrow(dim, k - 1, 1) + top.narrow(dim, k, 1))
+    lo = x.amin(dim, keepdim=True) - _SATURATION * tau
+    hi = x.amax(dim, keepdim=True) + _SATURATION * tau
+    for _ in range(_NEWTON_STEPS):
+        m = torch.sigmoid((x - t) / tau)
+        excess = m.sum(dim, keepdim=True) - k  # decreasing in t
+        lo = torch.where(excess > 0, t, lo)
+        hi = torch.where(excess > 0, hi, t)
+        slope = (m * (1 - m)).sum(dim, keepdim=True) / tau
+        newton = t + excess / slope.clamp_min(torch.finfo(x.dtype).tiny)
+        inside = (newton > lo) & (newton < hi)
+        t = torch.where(inside, newton, 0.5 * (lo + hi))
+    return torch.sigmoid((x - t) / tau)
+
+
+def _soft_topk_vjp(m: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
+    r"""VJP of the sigmoid-threshold top-k: :math:`a \odot (g - \langle g, a\rangle / \sum a)`,
+    :math:`a = m(1 - m)/\tau` (implicit differentiation through :math:`\sum m = k`)."""
+    a = m * (1 - m) / tau
+    g = _opmath(grad)
+    total = a.sum(dim, keepdim=True).clamp_min(torch.finfo(a.dtype).tiny)
+    return (a * (g - (g * a).sum(dim, keepdim=True) / total)).to(grad.dtype)
+
+
+class _TopKMask(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+        index = torch.topk(x, k, dim).indices
+        return torch.zeros_like(x).scatter_(dim, index, 1.0)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        x, k, dim, tau = inputs
+        ctx.save_for_backward(x)
+        ctx.k, ctx.dim, ctx.tau = k, dim, tau
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
+        return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+
+class _SoftTopKMask(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+        return _soft_topk(x, k, dim, tau)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _, _, dim, tau = inputs
+        ctx.save_for_backward(output)
+        ctx.dim, ctx.tau = dim, tau
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        (m,) = ctx.saved_tensors
+        return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+
+def _check_topk(x: Tensor, k: Any, dim: Any, tau: Any) -> tuple[int, int, float]:
+    d, t = _check_selection(x, dim, tau, "x")
+    return check_int(k, "k", low=0, high=x.shape[d]), d, t
+
+
+def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
+    r"""The :math:`\{0, 1\}` mask of the ``k`` largest entries along ``dim``, with a smooth backward.
+
+    Forward: :math:`y_i = 1` for the ``k`` largest :math:`x_i` (ties as :func:`torch.topk`
+    breaks them), else 0. Backward: the gradient of the relaxation :func:`soft_topk_mask`,
+
+    .. math::
+
+        m = \sigma\big((x - t)/\tau\big) \text{ with } t \text{ such that } \textstyle\sum_i m_i = k,
+        \qquad
+        \frac{\partial L}{\partial x} = a \odot \Big(g - \frac{\langle g, a \rangle}{\sum_i a_i}\Big),
+        \quad a = \frac{m (1 - m)}{\tau},
+
+    where :math:`g = \partial L / \partial y`. :math:`m` is the entropy-regularised
+    projection onto :math:`\{m \in [0, 1]^n : \sum m = k\}` (the LML layer, Amos et al.
+    2019, https://arxiv.org/abs/1905.04919); :math:`\tau \to 0` approaches the hard mask.
+    Biased. The gradient sums to zero along ``dim`` (the mask's total is fixed). Only ``x``
+    is saved; :math:`t` is found in backward by safeguarded Newton iterations.
+
+    Args:
+        x: floating tensor with at least one dimension.
+        k: how many entries to keep, ``0 <= k <= x.shape[dim]``.
+        dim: the dimension to select along.
+        tau: temperature of the relaxation, > 0.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> x = torch.tensor([0.1, 2.0, -1.0, 1.5], requires_grad=True)
+        >>> y = hg.topk_mask(x, 2)
+        >>> y
+        tensor([0., 1., 0., 1.], grad_fn=<_TopKMaskBackward>)
+        >>> (y * torch.tensor([1.0, 0.0, 0.0, 0.0])).sum().backward(); x.grad
+        tensor([ 0.1587, -0.0516, -0.0411, -0.0659])
+    """
+    k, d, t = _check_topk(x, k, dim, tau)
+    return _TopKMask.apply(x, k, d, t)  # type: ignore[no-any-return]
+
+
+def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
+    r"""The smooth top-k relaxation whose gradient :func:`topk_mask` uses.
+
+    .. math::
+
+        m = \sigma\big((x - t)/\tau\big), \quad \textstyle\sum_i m_i = k,
+
+    values in (0, 1) summing to ``k`` along ``dim``; the solution of
+    :math:`\max_m \langle x, m \rangle + \tau \sum_i H(m_i)` over
+    :math:`\{m \in [0,1]^n : \sum m = k\}` with the binary entropy :math:`H` (Amos et al.
+    2019, https://arxiv.org/abs/1905.04919). Differentiable, with the exact gradient
+    (implicit differentiation through the constraint). Computed in float32 for half
+    inputs and cast back.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> m = hg.ops.soft_topk_mask(torch.tensor([0.1, 2.0, -1.0, 1.5]), 2, tau=0.5)
+        >>> m, m.sum()
+        (tensor([0.2202, 0.9266, 0.0303, 0.8228]), tensor(2.))
+    """
+    k, d, t = _check_topk(x, k, dim, tau)
+    return _SoftTopKMask.apply(x, k, d, t).to(x.dtype)  # type: ignore[no-any-return]
