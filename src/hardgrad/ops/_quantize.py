@@ -52,9 +52,12 @@ def _fake_quantize(
 
 
 def _fake_quantize_value(
-    x: Tensor, scale: Tensor, zero_point: Tensor | None, quant_min: int, quant_max: int
+    x: Tensor, scale: float, inverse: float, quant_min: int, quant_max: int
 ) -> Tensor:
-    return _fake_quantize(x, scale, zero_point, quant_min, quant_max)[0]
+    """Forward only, zero point 0, number scale (``inverse`` = its rounded reciprocal)."""
+    dtype = _compute_dtype(x.dtype)
+    level = (x.to(dtype) * inverse).round_()
+    return level.clamp_(quant_min, quant_max).mul_(scale).to(x.dtype)
 
 
 class _FakeQuantize(torch.autograd.Function):
@@ -225,14 +228,15 @@ def quantize(
         else _qparam(zero_point, "zero_point", x, dtype)
     )
     identity = chosen.kind == "identity"
-    learnable = scale_t.requires_grad or (zero_point_t is not None and zero_point_t.requires_grad)
-    if identity and not learnable:
+    if identity and not isinstance(scale, Tensor) and zero_point_t is None:
+        # Nothing to learn and nothing to mask: save nothing. The reciprocal is rounded to
+        # the compute dtype as torch's kernels round it (exact for float32: double rounding
+        # of a quotient is innocuous).
+        rounded_scale = torch.tensor(float(scale), dtype=dtype)
+        inverse = (1.0 / rounded_scale).item()
         hard = functools.partial(
-            _fake_quantize_value,
-            scale=scale_t,
-            zero_point=zero_point_t,
-            quant_min=quant_min,
-            quant_max=quant_max,
+            _fake_quantize_value, scale=float(scale), inverse=inverse,
+            quant_min=quant_min, quant_max=quant_max,
         )
         return IdentityGradient.apply(x, hard)  # type: ignore[no-any-return]
     y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)

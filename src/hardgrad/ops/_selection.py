@@ -49,7 +49,7 @@ class _OneHotArgmax(torch.autograd.Function):
     @staticmethod
     def forward(logits: Tensor, dim: int, tau: float) -> Tensor:  # type: ignore[override]
         index = logits.argmax(dim, keepdim=True)
-        return torch.zeros_like(logits).scatter_(dim, index, 1.0)
+        return torch.zeros_like(logits).scatter(dim, index, 1.0)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -144,7 +144,7 @@ class _TopKMask(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:  # type: ignore[override]
         index = torch.topk(x, k, dim).indices
-        return torch.zeros_like(x).scatter_(dim, index, 1.0)
+        return torch.zeros_like(x).scatter(dim, index, 1.0)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
