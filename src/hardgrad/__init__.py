@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import ops, surrogates
+from . import nn, ops, surrogates
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
 from .ops import (
@@ -32,6 +32,7 @@ __all__ = [
     "clamp",
     "floor",
     "heaviside",
+    "nn",
     "one_hot_argmax",
     "ops",
     "quantize",

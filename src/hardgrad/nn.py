@@ -1,0 +1,314 @@
+r"""``torch.nn.Module`` wrappers over the hard ops, for use inside ``nn.Sequential`` models.
+
+Each module holds its settings (surrogate, bounds, temperature) and calls the matching
+function of :mod:`hardgrad.ops`; see there for the forward and backward math.
+
+>>> import torch, hardgrad as hg
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), hg.nn.Sign(surrogate="tanh"))
+>>> model
+Sequential(
+  (0): Linear(in_features=4, out_features=3, bias=True)
+  (1): Sign(surrogate=Tanh(slope=1.0))
+)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from . import ops
+from . import surrogates as _surrogates
+from ._validation import check_int, check_positive, check_real
+
+__all__ = ["Binarize", "Clamp", "Heaviside", "OneHotArgmax", "Quantize", "Round", "Sign"]
+
+SurrogateLike = str | _surrogates.Surrogate
+
+
+class _SurrogateOp(nn.Module):
+    """A module applying one elementwise op with a fixed surrogate."""
+
+    family = "step"
+    default = "clipped"
+
+    def __init__(self, *, surrogate: SurrogateLike | None = None) -> None:
+        super().__init__()
+        name = type(self).__name__.lower()
+        self.surrogate = _surrogates.resolve(
+            self.default if surrogate is None else surrogate, family=self.family, op=name
+        )
+
+    def extra_repr(self) -> str:
+        return f"surrogate={self.surrogate!r}"
+
+
+class Round(_SurrogateOp):
+    """:func:`hardgrad.round` as a module (straight-through rounding).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.Round()(torch.tensor([0.4, 2.5]))
+        tensor([0., 2.])
+    """
+
+    family, default = "staircase", "identity"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.round(x, surrogate=self.surrogate)
+
+
+class Sign(_SurrogateOp):
+    """:func:`hardgrad.sign` as a module (clipped straight-through by default).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.Sign()(torch.tensor([-0.2, 0.0, 3.0]))
+        tensor([-1.,  0.,  1.])
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.sign(x, surrogate=self.surrogate)
+
+
+class Binarize(_SurrogateOp):
+    """:func:`hardgrad.binarize` as a module: :math:`\\pm 1`, clipped STE by default.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.Binarize()(torch.tensor([-0.2, 0.0]))
+        tensor([-1.,  1.])
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.binarize(x, surrogate=self.surrogate)
+
+
+class Heaviside(_SurrogateOp):
+    """:func:`hardgrad.heaviside` as a module (a spiking or gating step).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.Heaviside(surrogate=hg.surrogates.ATan(alpha=4.0))
+        Heaviside(surrogate=ATan(alpha=4.0))
+    """
+
+    default = "sigmoid"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.heaviside(x, surrogate=self.surrogate)
+
+
+class Clamp(_SurrogateOp):
+    """:func:`hardgrad.clamp` as a module with number bounds.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.Clamp(0.0, 6.0, surrogate="identity")
+        Clamp(min=0.0, max=6.0, surrogate=Identity())
+    """
+
+    family, default = "clamp", "masked"
+
+    def __init__(
+        self, min: float | None = None, max: float | None = None, *, surrogate: SurrogateLike = "masked"
+    ) -> None:
+        super().__init__(surrogate=surrogate)
+        if min is None and max is None:
+            raise ValueError("Expected at least one of `min` and `max`, but found both None")
+        self.min = None if min is None else check_real(min, "min")
+        self.max = None if max is None else check_real(max, "max")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.clamp(x, self.min, self.max, surrogate=self.surrogate)
+
+    def extra_repr(self) -> str:
+        return f"min={self.min}, max={self.max}, {super().extra_repr()}"
+
+
+class OneHotArgmax(nn.Module):
+    """:func:`hardgrad.one_hot_argmax` as a module (hard choice, softmax backward).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.nn.OneHotArgmax(tau=0.5)(torch.tensor([[0.1, 0.7, 0.2]]))
+        tensor([[0., 1., 0.]])
+    """
+
+    def __init__(self, *, dim: int = -1, tau: float = 1.0) -> None:
+        super().__init__()
+        self.dim = check_int(dim, "dim")
+        self.tau = check_positive(tau, "tau")
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return ops.one_hot_argmax(logits, dim=self.dim, tau=self.tau)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, tau={self.tau}"
+
+
+class Quantize(nn.Module):
+    r"""Fake quantization with a learned step size (LSQ), for weights or activations.
+
+    Forward: :func:`hardgrad.quantize` with the range of ``bits``-bit integers
+    (``[-2^{b-1}, 2^{b-1} - 1]`` when ``signed``, else ``[0, 2^b - 1]``), zero point 0, and
+    the module's ``scale``: one per tensor, or one per channel along ``per_channel_dim``.
+    Backward: masked straight-through for the input (by default) and the LSQ gradient for
+    the scale, scaled by :math:`g = 1/\sqrt{N q_+}` with :math:`N` elements per scale, as
+    Esser et al. (2020) recommend, https://arxiv.org/abs/1902.08153.
+
+    The scale is initialised from the first batch the module sees,
+    :math:`s = 2\,\overline{|x|} / \sqrt{q_+}` (per channel if ``per_channel_dim`` is set;
+    averaged across ranks when ``torch.distributed`` is initialised, so DDP replicas
+    agree). Until then it is a placeholder of shape ``()`` (or ``(1,)``): create the
+    optimizer before or after the first batch alike, since the parameter object stays the
+    same; only an optimizer *step* before the first batch would be meaningless. With
+    ``learn_scale=False`` the scale is a buffer fixed after the first batch (calibration).
+
+    Args:
+        bits: integer bit width (2 to 16 when signed, 1 to 16 unsigned).
+        signed: signed (weights) or unsigned (post-ReLU activations) range.
+        per_channel_dim: the channel dimension for per-channel scales, or None.
+        learn_scale: make ``scale`` a trainable parameter.
+        surrogate: ``"masked"`` (default) or ``"identity"`` backward for the input.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> q = hg.nn.Quantize(bits=4, per_channel_dim=0)
+        >>> q
+        Quantize(bits=4, signed=True, per_channel_dim=0, learn_scale=True)
+        >>> w = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -4.0]], requires_grad=True)
+        >>> q(w)
+        tensor([[ 0.4410, -0.8819,  0.4410],
+                [ 1.5119,  0.0000, -4.5356]], grad_fn=<_FakeQuantizeBackward>)
+        >>> q.scale
+        Parameter containing:
+        tensor([0.4410, 1.5119], requires_grad=True)
+    """
+
+    scale: Tensor
+
+    def __init__(
+        self,
+        bits: int = 8,
+        signed: bool = True,
+        per_channel_dim: int | None = None,
+        learn_scale: bool = True,
+        *,
+        surrogate: SurrogateLike = "masked",
+    ) -> None:
+        super().__init__()
+        if not isinstance(signed, bool):
+            raise TypeError(f"Expected `signed` to be a bool, but found {type(signed).__name__}")
+        if not isinstance(learn_scale, bool):
+            raise TypeError(
+                f"Expected `learn_scale` to be a bool, but found {type(learn_scale).__name__}"
+            )
+        self.bits = check_int(bits, "bits", low=2 if signed else 1, high=16)
+        self.signed = signed
+        self.per_channel_dim = None if per_channel_dim is None else check_int(per_channel_dim, "per_channel_dim")
+        self.learn_scale = learn_scale
+        self.surrogate = _surrogates.resolve(surrogate, family="clamp", op="Quantize")
+        if signed:
+            self.quant_min, self.quant_max = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        else:
+            self.quant_min, self.quant_max = 0, 2**bits - 1
+        placeholder = torch.ones(() if per_channel_dim is None else (1,))
+        if learn_scale:
+            self.scale = nn.Parameter(placeholder)
+        else:
+            self.register_buffer("scale", placeholder)
+        self._initialized = False
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the scale has been set from data (or loaded from a state dict)."""
+        return self._initialized
+
+    def _channel_dim(self, x: Tensor) -> int:
+        dim = self.per_channel_dim
+        assert dim is not None
+        if not -x.dim() <= dim < x.dim():
+            raise ValueError(
+                f"Expected `per_channel_dim` in [{-x.dim()}, {x.dim() - 1}] for a "
+                f"{x.dim()}-dim input, but found per_channel_dim={dim}"
+            )
+        return dim % x.dim()
+
+    @torch.no_grad()
+    def _initialize(self, x: Tensor) -> None:
+        magnitude = x.detach().abs().to(self.scale.dtype)
+        if self.per_channel_dim is None:
+            mean = magnitude.mean()
+        else:
+            dim = self._channel_dim(x)
+            mean = magnitude.transpose(0, dim).reshape(x.shape[dim], -1).mean(1)
+        scale = 2 * mean / math.sqrt(self.quant_max)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(scale)
+            scale /= torch.distributed.get_world_size()
+        if not bool(torch.isfinite(scale).all()):
+            raise ValueError("Expected a finite first batch to initialise `scale`, but found inf or NaN")
+        scale = scale.clamp_min(torch.finfo(scale.dtype).eps).to(self.scale.device)
+        self.scale.data = scale
+        self._initialized = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self._initialized:
+            self._initialize(x)
+        scale = self.scale
+        per_scale = x.numel()
+        if self.per_channel_dim is not None:
+            dim = self._channel_dim(x)
+            shape = [1] * x.dim()
+            shape[dim] = -1
+            scale = scale.view(shape)
+            per_scale = max(per_scale // max(x.shape[dim], 1), 1)
+        grad_scale = 1.0 / math.sqrt(max(per_scale, 1) * self.quant_max)
+        return ops.quantize(
+            x,
+            scale,
+            quant_min=self.quant_min,
+            quant_max=self.quant_max,
+            surrogate=self.surrogate,
+            grad_scale=grad_scale,
+        )
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"initialized": self._initialized}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self._initialized = bool(state.get("initialized", False))
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        # A per-channel scale only gets its shape on the first batch: adopt the stored one.
+        stored = state_dict.get(prefix + "scale")
+        if isinstance(stored, Tensor) and stored.shape != self.scale.shape:
+            with torch.no_grad():
+                self.scale.data = torch.empty_like(stored, device=self.scale.device, dtype=self.scale.dtype)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        text = (
+            f"bits={self.bits}, signed={self.signed}, per_channel_dim={self.per_channel_dim}, "
+            f"learn_scale={self.learn_scale}"
+        )
+        if self.surrogate.name != "masked":
+            text += f", surrogate={self.surrogate!r}"
+        return text
