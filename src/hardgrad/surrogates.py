@@ -486,7 +486,7 @@ def resolve(surrogate: str | Surrogate, *, family: str, op: str) -> Surrogate:
     if family not in instance.applies_to:
         usable = ", ".join(repr(n) for n, cls in _SURROGATES.items() if family in cls.applies_to)
         raise ValueError(
-            f"Surrogate {instance!r} cannot be used with `{op}` (it serves "
-            f"{sorted(instance.applies_to)} ops, `{op}` is a {family!r} op); usable: {usable}"
+            f"Expected `surrogate` to be one that serves {family!r} ops like `{op}`, but found "
+            f"{instance!r}, which serves {sorted(instance.applies_to)}; usable: {usable}"
         )
     return instance

@@ -1,0 +1,200 @@
+"""hardgrad.nn: modules agree with the functions, Quantize's LSQ initialisation and state."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import hardgrad as hg
+
+
+def _grads(fn, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = fn(x)
+    (g,) = torch.autograd.grad(y, x, torch.linspace(-1, 1, y.numel()).view_as(y))
+    return y.detach(), g
+
+
+@pytest.mark.parametrize(
+    ("module", "function"),
+    [
+        (hg.nn.Round(), hg.round),
+        (hg.nn.Sign(surrogate="tanh"), lambda x: hg.sign(x, surrogate="tanh")),
+        (hg.nn.Binarize(), hg.binarize),
+        (hg.nn.Heaviside(surrogate="atan"), lambda x: hg.heaviside(x, surrogate="atan")),
+        (hg.nn.Clamp(-0.5, 0.5), lambda x: hg.clamp(x, -0.5, 0.5)),
+        (hg.nn.Clamp(max=0.0, surrogate="identity"), lambda x: hg.clamp(x, max=0.0, surrogate="identity")),
+        (hg.nn.OneHotArgmax(tau=0.3), lambda x: hg.one_hot_argmax(x, tau=0.3)),
+    ],
+)
+def test_module_matches_function(module, function):
+    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)) * 2
+    y_module, g_module = _grads(module, x)
+    y_function, g_function = _grads(function, x)
+    assert torch.equal(y_module, y_function)
+    assert torch.equal(g_module, g_function)
+
+
+def test_reprs():
+    assert repr(hg.nn.Round()) == "Round(surrogate=Identity())"
+    assert repr(hg.nn.Sign()) == "Sign(surrogate=Clipped(width=1.0))"
+    assert repr(hg.nn.Heaviside()) == "Heaviside(surrogate=Sigmoid(slope=1.0))"
+    assert repr(hg.nn.Clamp(0.0, 1.0)) == "Clamp(min=0.0, max=1.0, surrogate=Masked(min=-1.0, max=1.0))"
+    assert repr(hg.nn.OneHotArgmax()) == "OneHotArgmax(dim=-1, tau=1.0)"
+    assert repr(hg.nn.Quantize()) == "Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)"
+    assert "surrogate=Identity()" in repr(hg.nn.Quantize(surrogate="identity"))
+
+
+def test_module_bad_arguments():
+    with pytest.raises(ValueError, match="surrogate"):
+        hg.nn.Round(surrogate="sigmoid")
+    with pytest.raises(ValueError, match="min"):
+        hg.nn.Clamp()
+    with pytest.raises(ValueError, match="min"):
+        hg.nn.Clamp(1.0, 0.0)
+    with pytest.raises(ValueError, match="tau"):
+        hg.nn.OneHotArgmax(tau=0.0)
+    with pytest.raises(ValueError, match="bits"):
+        hg.nn.Quantize(bits=1)
+    with pytest.raises(ValueError, match="bits"):
+        hg.nn.Quantize(bits=17)
+    with pytest.raises(TypeError, match="bits"):
+        hg.nn.Quantize(bits=4.0)
+    with pytest.raises(TypeError, match="signed"):
+        hg.nn.Quantize(signed="yes")
+    with pytest.raises(ValueError, match="per_channel_dim"):
+        hg.nn.Quantize(per_channel_dim=3)(torch.randn(4, 4))
+    with pytest.raises(ValueError, match="finite"):
+        hg.nn.Quantize()(torch.tensor([1.0, math.inf]))
+
+
+@pytest.mark.parametrize(("bits", "signed", "low", "high"), [(8, True, -128, 127), (4, False, 0, 15), (2, True, -2, 1)])
+def test_quantize_range_and_first_batch_init(bits, signed, low, high):
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(1))
+    if not signed:
+        x = x.abs()
+    q = hg.nn.Quantize(bits=bits, signed=signed)
+    assert not q.initialized
+    y = q(x)
+    expected_scale = 2 * x.abs().mean() / math.sqrt(high)
+    torch.testing.assert_close(q.scale.detach(), expected_scale)
+    assert q.initialized
+    assert torch.equal(y, hg.quantize(x, expected_scale, quant_min=low, quant_max=high))
+    levels = torch.round(y / expected_scale)
+    assert levels.min() >= low and levels.max() <= high
+    # The scale is set once: a second batch does not move it.
+    q(x * 100)
+    torch.testing.assert_close(q.scale.detach(), expected_scale)
+
+
+def test_quantize_per_channel_init_and_lsq_gradient():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(3, 5, 4, generator=g) * torch.tensor([0.1, 1.0, 10.0]).view(3, 1, 1)
+    q = hg.nn.Quantize(bits=4, per_channel_dim=0)
+    scale_object = q.scale
+    w = w.requires_grad_(True)
+    y = q(w)
+    expected = 2 * w.detach().abs().mean(dim=(1, 2)) / math.sqrt(7)
+    torch.testing.assert_close(q.scale.detach(), expected)
+    assert q.scale is scale_object  # an optimizer made before the first batch still holds it
+    upstream = torch.randn(y.shape, generator=g)
+    y.backward(upstream)
+    # Reference: the functional op with LSQ's 1/sqrt(N * Qp) gradient scale, N = 20 per channel.
+    scale = expected.clone().view(3, 1, 1).requires_grad_(True)
+    reference = hg.quantize(w.detach(), scale, quant_min=-8, quant_max=7, grad_scale=1 / math.sqrt(20 * 7))
+    reference.backward(upstream)
+    torch.testing.assert_close(q.scale.grad, scale.grad.view(3))
+
+
+def test_quantize_channel_dim_negative_and_half_input():
+    q = hg.nn.Quantize(per_channel_dim=-1)
+    x = torch.randn(6, 3).to(torch.bfloat16)
+    y = q(x)
+    assert y.dtype == torch.bfloat16
+    assert q.scale.shape == (3,)
+    assert q.scale.dtype == torch.float32
+
+
+def test_quantize_fixed_scale_is_a_buffer():
+    q = hg.nn.Quantize(learn_scale=False)
+    assert list(q.parameters()) == []
+    x = torch.randn(10, requires_grad=True)
+    q(x).sum().backward()
+    assert "scale" in dict(q.named_buffers())
+    assert x.grad is not None
+
+
+def test_quantize_state_dict_round_trip_per_channel():
+    q = hg.nn.Quantize(bits=6, per_channel_dim=1)
+    x = torch.randn(8, 4)
+    y = q(x)
+    fresh = hg.nn.Quantize(bits=6, per_channel_dim=1)
+    fresh.load_state_dict(q.state_dict())
+    assert fresh.initialized
+    assert torch.equal(fresh.scale, q.scale)
+    # It does not re-initialise from the next batch.
+    assert torch.equal(fresh(x), y)
+    assert torch.equal(fresh.scale, q.scale)
+
+
+def test_quantize_lsq_training_lowers_quantization_error():
+    """Learning the step size reduces the quantization MSE below the LSQ initial guess."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4096, generator=g) ** 3  # heavy tails: the initial scale is not optimal
+    q = hg.nn.Quantize(bits=3)
+    initial = (q(x) - x).pow(2).mean().item()
+    opt = torch.optim.Adam(q.parameters(), lr=0.01)
+    for _ in range(300):
+        opt.zero_grad()
+        (q(x) - x).pow(2).mean().backward()
+        opt.step()
+    final = (q(x) - x).pow(2).mean().item()
+    assert final < 0.8 * initial
+
+
+@pytest.mark.compile
+def test_quantize_module_compiles():
+    q = hg.nn.Quantize(bits=4, per_channel_dim=0)
+    x = torch.randn(4, 8, requires_grad=True)
+    eager = q(x)
+    compiled = torch.compile(q, fullgraph=True)
+    out = compiled(x)
+    assert torch.equal(out, eager)
+    out.sum().backward()
+    assert q.scale.grad is not None and torch.isfinite(q.scale.grad).all()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _init_worker(rank: int, world: int, port: int, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        q = hg.nn.Quantize(bits=4)
+        q(torch.full((16,), float(rank + 1)))  # ranks see different first batches
+        out[rank] = q.scale.detach().clone()
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_quantize_init_is_averaged_across_ranks():
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        out = manager.dict()
+        torch.multiprocessing.start_processes(
+            _init_worker, args=(2, _free_port(), out), nprocs=2, start_method="spawn"
+        )
+        scales = dict(out)
+    expected = torch.tensor(2 * 1.5 / math.sqrt(7))
+    torch.testing.assert_close(scales[0], expected)
+    torch.testing.assert_close(scales[1], expected)
