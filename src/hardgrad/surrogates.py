@@ -101,6 +101,14 @@ class Surrogate(abc.ABC):
         """For ``kind == "indicator"``: the bool mask where :meth:`derivative` is 1."""
         raise NotImplementedError(f"{type(self).__name__} is not an indicator surrogate")
 
+    def backward(self, grad: Tensor, x: Tensor) -> Tensor:
+        """The op's input gradient, ``grad * derivative(x)``.
+
+        Override only to compute the same product faster (a fused kernel); the result must
+        equal ``grad * self.derivative(x)`` up to rounding.
+        """
+        return grad * self.derivative(x)
+
 
 _SURROGATES: Registry[type[Surrogate]] = Registry("surrogate")
 #: The registry of named surrogates: ``SURROGATES.names()`` lists them.
@@ -253,6 +261,11 @@ class Sigmoid(Surrogate):
         kx = self.slope * x
         return self.slope * torch.sigmoid(kx) * torch.sigmoid(-kx)
 
+    def backward(self, grad: Tensor, x: Tensor) -> Tensor:
+        s = torch.sigmoid(x if self.slope == 1 else self.slope * x)
+        result = torch.ops.aten.sigmoid_backward(grad, s)  # grad * s * (1 - s), one pass
+        return result if self.slope == 1 else result * self.slope
+
 
 @_SURROGATES.register("tanh")
 @dataclass(frozen=True)
@@ -282,6 +295,11 @@ class Tanh(Surrogate):
     def derivative(self, x: Tensor) -> Tensor:
         t = torch.tanh(self.slope * x)
         return self.slope * (1 - t * t)
+
+    def backward(self, grad: Tensor, x: Tensor) -> Tensor:
+        t = torch.tanh(x if self.slope == 1 else self.slope * x)
+        result = torch.ops.aten.tanh_backward(grad, t)  # grad * (1 - t^2), one pass
+        return result if self.slope == 1 else result * self.slope
 
 
 @_SURROGATES.register("fast_sigmoid")
@@ -446,7 +464,9 @@ class Swish(Surrogate):
         return 2 * sig * (1 + u * torch.sigmoid(-u)) - 1
 
     def derivative(self, x: Tensor) -> Tensor:
-        u = self.beta * x
+        # Beyond |u| = 1000 the bell is 0 in every dtype; clamping keeps u * tanh(u / 2)
+        # finite there, so that large or infinite x give 0, not 0 * inf = NaN.
+        u = torch.clamp(self.beta * x, -1000.0, 1000.0)
         bell = torch.sigmoid(u) * torch.sigmoid(-u)
         return (2 * self.beta) * bell * (2 - u * torch.tanh(0.5 * u))
 

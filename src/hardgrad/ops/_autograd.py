@@ -21,9 +21,31 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validation import _is_transformed
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
+
+
+def eager_plain(x: Tensor) -> bool:
+    """True outside ``torch.compile`` and ``torch.func`` transforms, where ``out=`` and
+    in-place kernels on fresh temporaries are safe (and, on CPU, several times faster than
+    their functional forms for bool/float mixes)."""
+    return not torch.compiler.is_compiling() and not _is_transformed(x)
+
+
+def masked(grad: Tensor, keep: Tensor) -> Tensor:
+    """``grad`` where ``keep`` is set, 0 elsewhere."""
+    if eager_plain(grad):
+        return keep.to(grad.dtype).mul_(grad)
+    return grad * keep
+
+
+def float_compare(compare: Callable[..., Tensor], x: Tensor, value: float) -> Tensor:
+    """``compare(x, value)`` as 0/1 in ``x``'s dtype, written straight in that dtype."""
+    if eager_plain(x):
+        return compare(x, value, out=torch.empty_like(x))
+    return compare(x, value).to(x.dtype)
 
 
 class IdentityGradient(torch.autograd.Function):
@@ -62,7 +84,7 @@ class MaskedGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None, None]:  # type: ignore[override]
         (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad, 0), None, None
+        return masked(grad, keep), None, None
 
 
 class MaskedFromOutputGradient(torch.autograd.Function):
@@ -99,7 +121,7 @@ class SurrogateGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         (x,) = ctx.saved_tensors
-        return grad * ctx.surrogate.derivative(x), None, None
+        return ctx.surrogate.backward(grad, x), None, None
 
 
 def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._validation import check_broadcastable_to, check_floating, check_real
-from ._autograd import HardFn, MaskedFromOutputGradient, apply_surrogate
+from ._autograd import HardFn, MaskedFromOutputGradient, apply_surrogate, float_compare, masked
 
 Number = int | float
 SurrogateLike = str | _surrogates.Surrogate
@@ -126,8 +126,7 @@ def sign(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
 
 
 def _binarize(x: Tensor) -> Tensor:
-    one = x.new_ones(())
-    return torch.where(x >= 0, one, -one)
+    return float_compare(torch.ge, x, 0).mul_(2).sub_(1)
 
 
 def binarize(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
@@ -148,7 +147,7 @@ def binarize(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
 
 
 def _heaviside(x: Tensor) -> Tensor:
-    return torch.heaviside(x, x.new_zeros(()))
+    return float_compare(torch.gt, x, 0)
 
 
 def heaviside(x: Tensor, *, surrogate: SurrogateLike = "sigmoid") -> Tensor:
@@ -199,7 +198,7 @@ class _ClampTensorBounds(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         below, above = ctx.saved_tensors
-        grad_x = grad if ctx.identity else torch.where(below | above, 0, grad)
+        grad_x = grad if ctx.identity else masked(grad, ~(below | above))
         grad_lo = grad_hi = None
         if ctx.needs_input_grad[1]:
             grad_lo = torch.where(below, grad, 0).sum_to_size(ctx.shapes[0])

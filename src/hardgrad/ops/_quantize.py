@@ -18,7 +18,7 @@ from .._validation import (
     check_tensor,
     value_checks_apply,
 )
-from ._autograd import IdentityGradient
+from ._autograd import IdentityGradient, masked
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -57,7 +57,8 @@ def _fake_quantize_value(
     """Forward only, zero point 0, number scale (``inverse`` = its rounded reciprocal)."""
     dtype = _compute_dtype(x.dtype)
     level = (x.to(dtype) * inverse).round_()
-    return level.clamp_(quant_min, quant_max).mul_(scale).to(x.dtype)
+    # clamp_min_/clamp_max_ rather than clamp_: vmap has batching rules for them only.
+    return level.clamp_min_(quant_min).clamp_max_(quant_max).mul_(scale).to(x.dtype)
 
 
 class _FakeQuantize(torch.autograd.Function):
@@ -93,7 +94,7 @@ class _FakeQuantize(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         keep, *qparams = ctx.saved_tensors
-        grad_x = grad if ctx.identity else torch.where(keep, grad, 0)
+        grad_x = grad if ctx.identity else masked(grad, keep)
         grad_scale = grad_zero_point = None
         if qparams:
             x, scale, zero_point = qparams

@@ -1,0 +1,68 @@
+"""Benchmarks and the command line (``hardgrad bench``, ``hardgrad list``).
+
+Every task registers itself in :data:`TASKS` (see :func:`task`); this package imports the
+task modules so that the registry is complete. Nothing in :mod:`hardgrad` imports this
+package.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
+
+# Task modules register themselves on import; add new ones here.
+from . import speed  # noqa: E402, I001  (import order is registration order)
+
+__all__ = [
+    "TASKS",
+    "BenchSettings",
+    "Progress",
+    "Table",
+    "Task",
+    "TaskResult",
+    "available_threads",
+    "run_tasks",
+    "speed",
+    "task",
+]
+
+
+def run_tasks(
+    names: Sequence[str],
+    settings: BenchSettings,
+    *,
+    configs: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    on_result: Callable[[TaskResult], None] | None = None,
+) -> list[TaskResult]:
+    """Run the named tasks (all registered ones when ``names`` is empty).
+
+    Sets the intra-op thread count and seed from ``settings``; writes ``results.json`` and
+    ``report.md`` to ``settings.out`` when it is set. ``configs`` overrides a task's default
+    config (``task.config(settings.quick)``), e.g. for tests. ``on_result`` is called
+    with each result as soon as its task is done (the CLI prints it).
+    """
+    from .report import make_progress, write_results
+
+    chosen = list(names) or list(TASKS.names())
+    tasks = [TASKS.get(name, "task") for name in chosen]
+    torch.set_num_threads(settings.threads)
+    progress = progress if progress is not None else make_progress()
+    results = []
+    for entry in tasks:
+        torch.manual_seed(settings.seed)
+        config = (configs or {}).get(entry.name) or entry.config(settings.quick)
+        t0 = time.perf_counter()
+        result = entry.run(settings, config, progress)
+        result.wall_s = time.perf_counter() - t0
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        if settings.out is not None:  # keep what is done if a later task fails
+            write_results(settings.out, settings, results)
+    return results

@@ -1,0 +1,79 @@
+"""Timing and memory helpers shared by the benchmarks.
+
+* :func:`time_interleaved` times several candidates in rounds, each candidate once per
+  round in a shuffled order, so slow drifts of a noisy machine (page faults, frequency,
+  neighbours) hit every candidate alike; the figure kept is the median over rounds.
+* :func:`saved_bytes_per_element` counts what autograd keeps alive for backward.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.benchmark import Timer
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values`` (``nan`` when empty)."""
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def time_once(fn: Callable[[], Any], *, min_run_time: float, threads: int) -> float:
+    """Seconds per call of ``fn``: the median block of one ``blocked_autorange``."""
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    return float(timer.blocked_autorange(min_run_time=min_run_time).median)
+
+
+def time_interleaved(
+    candidates: Mapping[str, Callable[[], Any]],
+    *,
+    rounds: int,
+    min_run_time: float,
+    threads: int,
+    rng: random.Random,
+    after_round: Callable[[int], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call of every candidate, one figure per round.
+
+    Each round times every candidate once (``blocked_autorange`` with ``min_run_time``),
+    in an order shuffled by ``rng``. Take :func:`median` of each list.
+    """
+    names = list(candidates)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(
+                time_once(candidates[name], min_run_time=min_run_time, threads=threads)
+            )
+        if after_round is not None:
+            after_round(r)
+    return times
+
+
+def saved_bytes_per_element(fn: Callable[[Tensor], Tensor], x: Tensor) -> float:
+    """Bytes autograd saves for backward when ``fn(x)`` runs, per element of ``x``.
+
+    Counts each distinct storage once, by its full size: a saved view of the input keeps
+    the whole input alive, so it counts as the input's bytes.
+    """
+    storages: dict[tuple[int, int], int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        return t
+
+    def unpack(t: Tensor) -> Tensor:
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = fn(x)
+    del y
+    return sum(storages.values()) / max(x.numel(), 1)

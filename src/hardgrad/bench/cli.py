@@ -1,0 +1,209 @@
+"""The ``hardgrad`` command line (also ``python -m hardgrad``).
+
+Subcommands:
+
+* ``hardgrad list``: ops, surrogates, estimators and benchmark tasks, one line each, all
+  read from their registries.
+* ``hardgrad bench [TASK ...] [--quick] [--out DIR] [--seed N] [--device D]``: run
+  benchmark tasks (all of them when none is named); progress on stderr, result tables on
+  stdout, ``DIR/results.json`` and ``DIR/report.md`` (and plots) with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from .._registry import Registry
+from .._version import __version__
+
+__all__ = ["build_parser", "main"]
+
+
+def _plain(text: str) -> str:
+    """reStructuredText roles and literals as plain text: ``:math:`x` `` -> ``x``."""
+    text = re.sub(r":[a-z]+:`([^`]*)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def _first_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    lines = doc.strip().splitlines()
+    return _plain(lines[0].strip()) if lines else ""
+
+
+def _columns(rows: Iterable[Sequence[str]], out: IO[str], indent: str = "  ") -> None:
+    rows = [list(r) for r in rows]
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]
+        print(indent + "  ".join(cells).rstrip(), file=out)
+
+
+def _estimator_registry() -> Registry[Any] | None:
+    """``hardgrad.estimators``' registry once that module exists; ``None`` before."""
+    try:
+        module = importlib.import_module("hardgrad.estimators")
+    except ModuleNotFoundError as error:
+        if error.name == "hardgrad.estimators":
+            return None
+        raise
+    preferred = getattr(module, "ESTIMATORS", None)
+    if isinstance(preferred, Registry):
+        return preferred
+    for value in vars(module).values():
+        if isinstance(value, Registry):
+            return value
+    return None
+
+
+def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..ops import OPS
+    from ..surrogates import SURROGATES
+    from . import TASKS
+
+    out = sys.stdout
+    print("Ops (hardgrad.<name>; hardgrad.ops.OPS):", file=out)
+    _columns(
+        (
+            [
+                name,
+                f"[{spec.family or 'selection'}"
+                + (f", default surrogate {spec.default_surrogate!r}]" if spec.default_surrogate else "]"),
+                _plain(spec.summary),
+            ]
+            for name, spec in OPS.items()
+        ),
+        out,
+    )
+    print("\nSurrogates (surrogate=NAME; hardgrad.surrogates.SURROGATES):", file=out)
+    _columns(
+        (
+            [name, cls.__name__, f"[{', '.join(sorted(cls.applies_to))}]", _first_line(cls)]
+            for name, cls in SURROGATES.items()
+        ),
+        out,
+    )
+    print("\nEstimators (estimator=NAME; hardgrad.estimators):", file=out)
+    registry = _estimator_registry()
+    if registry is None or len(registry) == 0:
+        print("  (none yet: this version of hardgrad has no estimator registry)", file=out)
+    else:
+        _columns(
+            (
+                [name, getattr(entry, "__name__", type(entry).__name__), _first_line(entry)]
+                for name, entry in registry.items()
+            ),
+            out,
+        )
+    print("\nBenchmark tasks (hardgrad bench TASK):", file=out)
+    _columns(([name, t.summary] for name, t in TASKS.items()), out)
+    return 0
+
+
+def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import TASKS, BenchSettings, run_tasks
+    from .report import print_result
+
+    bench_parser: argparse.ArgumentParser = args.bench_parser
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown:
+        bench_parser.error(
+            f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"available tasks: {', '.join(TASKS.names())}"
+        )
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError) as error:
+        bench_parser.error(f"invalid --device {args.device!r}: {error}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        bench_parser.error(f"--device {args.device!r}: CUDA is not available")
+    if args.threads is not None and args.threads < 1:
+        bench_parser.error(f"--threads must be >= 1, but found {args.threads}")
+    settings_kwargs: dict[str, Any] = {
+        "quick": args.quick,
+        "seed": args.seed,
+        "device": str(device),
+        "out": args.out,
+    }
+    if args.threads is not None:
+        settings_kwargs["threads"] = args.threads
+    settings = BenchSettings(**settings_kwargs)
+    # Dedupe, keep the order given.
+    names = list(dict.fromkeys(args.tasks))
+    run_tasks(names, settings, on_result=print_result)
+    if settings.out is not None:
+        print(
+            f"\nWrote {settings.out / 'results.json'} and {settings.out / 'report.md'}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``hardgrad`` command."""
+    from . import TASKS
+
+    parser = argparse.ArgumentParser(
+        prog="hardgrad",
+        description="hardgrad: gradients through hard operations. Benchmarks and listings.",
+    )
+    parser.add_argument(
+        "--version", action="version",
+        version=f"hardgrad {__version__} (torch {torch.__version__})",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    listing = commands.add_parser("list", help="list ops, surrogates, estimators and tasks")
+    listing.set_defaults(handler=_list)
+
+    bench = commands.add_parser(
+        "bench",
+        help="run benchmark tasks",
+        description="Run benchmark tasks: progress on stderr, tables on stdout.",
+        epilog="tasks: " + ", ".join(f"{n} ({t.summary})" for n, t in TASKS.items()),
+    )
+    bench.add_argument(
+        "tasks", nargs="*", metavar="TASK",
+        help=f"tasks to run (default: all of {', '.join(TASKS.names())})",
+    )
+    bench.add_argument("--quick", action="store_true", help="the reduced setting (minutes)")
+    bench.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="write DIR/results.json, DIR/report.md and plots",
+    )
+    bench.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
+    bench.add_argument(
+        "--device", default="cpu", metavar="D", help="torch device, e.g. cpu or cuda (default cpu)"
+    )
+    bench.add_argument(
+        "--threads", type=int, default=None, metavar="N",
+        help="intra-op threads (default: the cores this process may use)",
+    )
+    bench.set_defaults(handler=_bench, bench_parser=bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.handler(args, parser))
+    except SystemExit as exit_:  # argparse errors (2), --help and --version (0)
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
