@@ -28,7 +28,10 @@ def _grads(fn, x):
         (hg.nn.Binarize(), hg.binarize),
         (hg.nn.Heaviside(surrogate="atan"), lambda x: hg.heaviside(x, surrogate="atan")),
         (hg.nn.Clamp(-0.5, 0.5), lambda x: hg.clamp(x, -0.5, 0.5)),
-        (hg.nn.Clamp(max=0.0, surrogate="identity"), lambda x: hg.clamp(x, max=0.0, surrogate="identity")),
+        (
+            hg.nn.Clamp(max=0.0, surrogate="identity"),
+            lambda x: hg.clamp(x, max=0.0, surrogate="identity"),
+        ),
         (hg.nn.OneHotArgmax(tau=0.3), lambda x: hg.one_hot_argmax(x, tau=0.3)),
     ],
 )
@@ -44,9 +47,15 @@ def test_reprs():
     assert repr(hg.nn.Round()) == "Round(surrogate=Identity())"
     assert repr(hg.nn.Sign()) == "Sign(surrogate=Clipped(width=1.0))"
     assert repr(hg.nn.Heaviside()) == "Heaviside(surrogate=Sigmoid(slope=1.0))"
-    assert repr(hg.nn.Clamp(0.0, 1.0)) == "Clamp(min=0.0, max=1.0, surrogate=Masked(min=-1.0, max=1.0))"
+    assert (
+        repr(hg.nn.Clamp(0.0, 1.0))
+        == "Clamp(min=0.0, max=1.0, surrogate=Masked(min=-1.0, max=1.0))"
+    )
     assert repr(hg.nn.OneHotArgmax()) == "OneHotArgmax(dim=-1, tau=1.0)"
-    assert repr(hg.nn.Quantize()) == "Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)"
+    assert (
+        repr(hg.nn.Quantize())
+        == "Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)"
+    )
     assert "surrogate=Identity()" in repr(hg.nn.Quantize(surrogate="identity"))
 
 
@@ -73,7 +82,9 @@ def test_module_bad_arguments():
         hg.nn.Quantize()(torch.tensor([1.0, math.inf]))
 
 
-@pytest.mark.parametrize(("bits", "signed", "low", "high"), [(8, True, -128, 127), (4, False, 0, 15), (2, True, -2, 1)])
+@pytest.mark.parametrize(
+    ("bits", "signed", "low", "high"), [(8, True, -128, 127), (4, False, 0, 15), (2, True, -2, 1)]
+)
 def test_quantize_range_and_first_batch_init(bits, signed, low, high):
     x = torch.randn(64, 16, generator=torch.Generator().manual_seed(1))
     if not signed:
@@ -106,7 +117,9 @@ def test_quantize_per_channel_init_and_lsq_gradient():
     y.backward(upstream)
     # Reference: the functional op with LSQ's 1/sqrt(N * Qp) gradient scale, N = 20 per channel.
     scale = expected.clone().view(3, 1, 1).requires_grad_(True)
-    reference = hg.quantize(w.detach(), scale, quant_min=-8, quant_max=7, grad_scale=1 / math.sqrt(20 * 7))
+    reference = hg.quantize(
+        w.detach(), scale, quant_min=-8, quant_max=7, grad_scale=1 / math.sqrt(20 * 7)
+    )
     reference.backward(upstream)
     torch.testing.assert_close(q.scale.grad, scale.grad.view(3))
 

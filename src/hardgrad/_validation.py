@@ -112,7 +112,9 @@ def check_dim(x: Tensor, dim: Any, name: str = "dim") -> int:
     """``dim`` must index a dimension of ``x``; returns it as a non-negative int."""
     ndim = x.dim()
     if ndim == 0:
-        raise ValueError(f"Expected a tensor with at least 1 dimension for `{name}`, but found a 0-dim tensor")
+        raise ValueError(
+            f"Expected a tensor with at least 1 dimension for `{name}`, but found a 0-dim tensor"
+        )
     dim = check_int(dim, name)
     if not -ndim <= dim < ndim:
         raise ValueError(

@@ -114,7 +114,11 @@ class Clamp(_SurrogateOp):
     family, default = "clamp", "masked"
 
     def __init__(
-        self, min: float | None = None, max: float | None = None, *, surrogate: SurrogateLike = "masked"
+        self,
+        min: float | None = None,
+        max: float | None = None,
+        *,
+        surrogate: SurrogateLike = "masked",
     ) -> None:
         super().__init__(surrogate=surrogate)
         if min is None and max is None:
@@ -211,7 +215,9 @@ class Quantize(nn.Module):
             )
         self.bits = check_int(bits, "bits", low=2 if signed else 1, high=16)
         self.signed = signed
-        self.per_channel_dim = None if per_channel_dim is None else check_int(per_channel_dim, "per_channel_dim")
+        self.per_channel_dim = (
+            None if per_channel_dim is None else check_int(per_channel_dim, "per_channel_dim")
+        )
         self.learn_scale = learn_scale
         self.surrogate = _surrogates.resolve(surrogate, family="clamp", op="Quantize")
         if signed:
@@ -253,7 +259,9 @@ class Quantize(nn.Module):
             torch.distributed.all_reduce(scale)
             scale /= torch.distributed.get_world_size()
         if not bool(torch.isfinite(scale).all()):
-            raise ValueError("Expected a finite first batch to initialise `scale`, but found inf or NaN")
+            raise ValueError(
+                "Expected a finite first batch to initialise `scale`, but found inf or NaN"
+            )
         scale = scale.clamp_min(torch.finfo(scale.dtype).eps).to(self.scale.device)
         self.scale.data = scale
         self._initialized = True
@@ -299,7 +307,9 @@ class Quantize(nn.Module):
         stored = state_dict.get(prefix + "scale")
         if isinstance(stored, Tensor) and stored.shape != self.scale.shape:
             with torch.no_grad():
-                self.scale.data = torch.empty_like(stored, device=self.scale.device, dtype=self.scale.dtype)
+                self.scale.data = torch.empty_like(
+                    stored, device=self.scale.device, dtype=self.scale.dtype
+                )
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

@@ -7,8 +7,9 @@ op is listed in :data:`OPS`, the registry that drives the conformance tests, the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -77,33 +78,81 @@ _HALVES = (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5)
 _STEP = (-1.0, -0.0, 0.0, 1.0)
 
 for _spec in (
-    OpSpec("round", round, torch.round, "staircase", "identity", special_points=_HALVES + (0.0, -0.0)),
-    OpSpec("floor", floor, torch.floor, "staircase", "identity", special_points=(-1.0, 0.0, -0.0, 1.0, -0.5)),
-    OpSpec("ceil", ceil, torch.ceil, "staircase", "identity", special_points=(-1.0, 0.0, -0.0, 1.0, 0.5)),
-    OpSpec("trunc", trunc, torch.trunc, "staircase", "identity", special_points=(-1.0, -0.5, 0.0, 0.5, 1.0)),
+    OpSpec(
+        "round", round, torch.round, "staircase", "identity", special_points=(*_HALVES, 0.0, -0.0)
+    ),
+    OpSpec(
+        "floor",
+        floor,
+        torch.floor,
+        "staircase",
+        "identity",
+        special_points=(-1.0, 0.0, -0.0, 1.0, -0.5),
+    ),
+    OpSpec(
+        "ceil",
+        ceil,
+        torch.ceil,
+        "staircase",
+        "identity",
+        special_points=(-1.0, 0.0, -0.0, 1.0, 0.5),
+    ),
+    OpSpec(
+        "trunc",
+        trunc,
+        torch.trunc,
+        "staircase",
+        "identity",
+        special_points=(-1.0, -0.5, 0.0, 0.5, 1.0),
+    ),
     OpSpec("sign", sign, torch.sign, "step", "clipped", special_points=_STEP),
     OpSpec(
-        "binarize", binarize, lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype), "step", "clipped",
+        "binarize",
+        binarize,
+        lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
+        "step",
+        "clipped",
         special_points=_STEP,
     ),
-    OpSpec("heaviside", heaviside, lambda x: (x > 0).to(x.dtype), "step", "sigmoid", special_points=_STEP),
     OpSpec(
-        "clamp", clamp, lambda x: torch.clamp(x, -1.0, 1.0), "clamp", "masked",
-        kwargs={"min": -1.0, "max": 1.0}, special_points=(-1.0, 1.0, 0.0),
+        "heaviside",
+        heaviside,
+        lambda x: (x > 0).to(x.dtype),
+        "step",
+        "sigmoid",
+        special_points=_STEP,
     ),
     OpSpec(
-        "quantize", quantize,
+        "clamp",
+        clamp,
+        lambda x: torch.clamp(x, -1.0, 1.0),
+        "clamp",
+        "masked",
+        kwargs={"min": -1.0, "max": 1.0},
+        special_points=(-1.0, 1.0, 0.0),
+    ),
+    OpSpec(
+        "quantize",
+        quantize,
         lambda x: torch.fake_quantize_per_tensor_affine(x.float(), 0.25, 0, -8, 7).to(x.dtype),
-        "clamp", "masked", kwargs={"scale": 0.25, "quant_min": -8, "quant_max": 7},
+        "clamp",
+        "masked",
+        kwargs={"scale": 0.25, "quant_min": -8, "quant_max": 7},
         special_points=(0.125, -0.125, 0.375, -2.0, 1.75, 1.875, -2.125),
     ),
     OpSpec(
-        "one_hot_argmax", one_hot_argmax,
-        lambda x: torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype), None, None,
+        "one_hot_argmax",
+        one_hot_argmax,
+        lambda x: torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype),
+        None,
+        None,
     ),
     OpSpec(
-        "topk_mask", topk_mask,
-        lambda x: torch.zeros_like(x).scatter(-1, x.topk(2, -1).indices, 1.0), None, None,
+        "topk_mask",
+        topk_mask,
+        lambda x: torch.zeros_like(x).scatter(-1, x.topk(2, -1).indices, 1.0),
+        None,
+        None,
         kwargs={"k": 2},
     ),
 ):

@@ -54,7 +54,7 @@ class IdentityGradient(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, hard: HardFn) -> Tensor:  # type: ignore[override]
+    def forward(x: Tensor, hard: HardFn) -> Tensor:
         return hard(x)
 
     @staticmethod
@@ -62,7 +62,7 @@ class IdentityGradient(torch.autograd.Function):
         pass
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
 
 
@@ -72,7 +72,7 @@ class MaskedGradient(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+    def forward(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:
         return hard(x), mask(x)
 
     @staticmethod
@@ -82,7 +82,7 @@ class MaskedGradient(torch.autograd.Function):
         ctx.save_for_backward(keep)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None, None]:
         (keep,) = ctx.saved_tensors
         return masked(grad, keep), None, None
 
@@ -93,7 +93,7 @@ class MaskedFromOutputGradient(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         x: Tensor, hard: HardFn, mask: Callable[[Tensor, Tensor], Tensor]
     ) -> tuple[Tensor, Tensor]:
         y = hard(x)
@@ -109,7 +109,7 @@ class SurrogateGradient(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:  # type: ignore[override]
+    def forward(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
         return hard(x)
 
     @staticmethod
@@ -119,7 +119,7 @@ class SurrogateGradient(torch.autograd.Function):
         ctx.save_for_backward(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (x,) = ctx.saved_tensors
         return ctx.surrogate.backward(grad, x), None, None
 
@@ -131,8 +131,8 @@ def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
     indicator surrogates, the input otherwise.
     """
     if surrogate.kind == "identity":
-        return IdentityGradient.apply(x, hard)  # type: ignore[no-any-return]
+        return IdentityGradient.apply(x, hard)
     if surrogate.kind == "indicator":
         y, _ = MaskedGradient.apply(x, hard, surrogate.support)
-        return y  # type: ignore[no-any-return]
-    return SurrogateGradient.apply(x, hard, surrogate)  # type: ignore[no-any-return]
+        return y
+    return SurrogateGradient.apply(x, hard, surrogate)

@@ -181,14 +181,14 @@ class _ClampTensorBounds(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
+    def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor, Tensor]:
         below = x < lo
         above = x > hi
         return torch.clamp(x, lo, hi), below, above
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-        x, lo, hi, identity = inputs
+        _x, lo, hi, identity = inputs
         _, below, above = output
         ctx.mark_non_differentiable(below, above)
         ctx.save_for_backward(below, above)
@@ -196,7 +196,7 @@ class _ClampTensorBounds(torch.autograd.Function):
         ctx.shapes = (lo.shape, hi.shape)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Tensor | None, ...]:
         below, above = ctx.saved_tensors
         grad_x = grad if ctx.identity else masked(grad, ~(below | above))
         grad_lo = grad_hi = None
@@ -268,14 +268,22 @@ def clamp(
                 f"Surrogate {chosen!r} cannot be used with tensor bounds in `clamp`; "
                 "use 'masked' or 'identity'"
             )
-        lo_t = lo.to(x.dtype) if isinstance(lo, Tensor) else x.new_tensor(-math.inf if lo is None else lo)
-        hi_t = hi.to(x.dtype) if isinstance(hi, Tensor) else x.new_tensor(math.inf if hi is None else hi)
+        lo_t = (
+            lo.to(x.dtype)
+            if isinstance(lo, Tensor)
+            else x.new_tensor(-math.inf if lo is None else lo)
+        )
+        hi_t = (
+            hi.to(x.dtype)
+            if isinstance(hi, Tensor)
+            else x.new_tensor(math.inf if hi is None else hi)
+        )
         y, _, _ = _ClampTensorBounds.apply(x, lo_t, hi_t, identity)
-        return y  # type: ignore[no-any-return]
+        return y
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
     hard = functools.partial(torch.clamp, min=lo, max=hi)
     if chosen.kind != "indicator":
         return apply_surrogate(x, hard, chosen)
     y, _ = MaskedFromOutputGradient.apply(x, hard, _in_range)
-    return y  # type: ignore[no-any-return]
+    return y

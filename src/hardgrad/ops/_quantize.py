@@ -67,7 +67,7 @@ class _FakeQuantize(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         x: Tensor,
         scale: Tensor,
         zero_point: Tensor | None,
@@ -92,7 +92,7 @@ class _FakeQuantize(torch.autograd.Function):
             ctx.save_for_backward(keep)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:
         keep, *qparams = ctx.saved_tensors
         grad_x = grad if ctx.identity else masked(grad, keep)
         grad_scale = grad_zero_point = None
@@ -236,9 +236,12 @@ def quantize(
         rounded_scale = torch.tensor(float(scale), dtype=dtype)
         inverse = (1.0 / rounded_scale).item()
         hard = functools.partial(
-            _fake_quantize_value, scale=float(scale), inverse=inverse,
-            quant_min=quant_min, quant_max=quant_max,
+            _fake_quantize_value,
+            scale=float(scale),
+            inverse=inverse,
+            quant_min=quant_min,
+            quant_max=quant_max,
         )
-        return IdentityGradient.apply(x, hard)  # type: ignore[no-any-return]
+        return IdentityGradient.apply(x, hard)
     y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)
-    return y  # type: ignore[no-any-return]
+    return y

@@ -49,7 +49,7 @@ class _OneHotArgmax(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(logits: Tensor, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+    def forward(logits: Tensor, dim: int, tau: float) -> Tensor:
         index = logits.argmax(dim, keepdim=True)
         return torch.zeros_like(logits).scatter(dim, index, 1.0)
 
@@ -60,7 +60,7 @@ class _OneHotArgmax(torch.autograd.Function):
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (logits,) = ctx.saved_tensors
         return _softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
 
@@ -98,7 +98,7 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
         tensor([-0.0283,  0.2482, -0.2094, -0.0104])
     """
     d, t = _check_selection(logits, dim, tau, "logits")
-    return _OneHotArgmax.apply(logits, d, t)  # type: ignore[no-any-return]
+    return _OneHotArgmax.apply(logits, d, t)
 
 
 def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
@@ -146,7 +146,7 @@ class _TopKMask(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
         index = torch.topk(x, k, dim).indices
         return torch.zeros_like(x).scatter(dim, index, 1.0)
 
@@ -157,7 +157,7 @@ class _TopKMask(torch.autograd.Function):
         ctx.k, ctx.dim, ctx.tau = k, dim, tau
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (x,) = ctx.saved_tensors
         m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
@@ -167,7 +167,7 @@ class _SoftTopKMask(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+    def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
         return _soft_topk(x, k, dim, tau)
 
     @staticmethod
@@ -177,7 +177,7 @@ class _SoftTopKMask(torch.autograd.Function):
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (m,) = ctx.saved_tensors
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
 
@@ -222,7 +222,7 @@ def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
         tensor([ 0.1587, -0.0516, -0.0411, -0.0659])
     """
     k, d, t = _check_topk(x, k, dim, tau)
-    return _TopKMask.apply(x, k, d, t)  # type: ignore[no-any-return]
+    return _TopKMask.apply(x, k, d, t)
 
 
 def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
@@ -246,4 +246,4 @@ def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Ten
         (tensor([0.2202, 0.9266, 0.0303, 0.8228]), tensor(2.))
     """
     k, d, t = _check_topk(x, k, dim, tau)
-    return _SoftTopKMask.apply(x, k, d, t).to(x.dtype)  # type: ignore[no-any-return]
+    return _SoftTopKMask.apply(x, k, d, t).to(x.dtype)

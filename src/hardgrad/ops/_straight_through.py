@@ -26,7 +26,11 @@ class StraightThrough:
         self.soft = soft
 
     def __repr__(self) -> str:
-        soft = "None" if self.soft is None or isinstance(self.soft, _surrogates.Surrogate) else _name(self.soft)
+        soft = (
+            "None"
+            if self.soft is None or isinstance(self.soft, _surrogates.Surrogate)
+            else _name(self.soft)
+        )
         if isinstance(self.soft, _surrogates.Surrogate):
             soft = repr(self.soft)
         return f"straight_through(hard={_name(self.hard)}, soft={soft})"
