@@ -111,7 +111,7 @@ class Surrogate(abc.ABC):
 
 
 _SURROGATES: Registry[type[Surrogate]] = Registry("surrogate")
-#: The registry of named surrogates: ``SURROGATES.names()`` lists them.
+#: The registry of named surrogates, name to class; ``SURROGATES.names()`` lists them.
 SURROGATES = _SURROGATES
 
 
@@ -459,7 +459,7 @@ class Swish(Surrogate):
         _check_params(self)
 
     def function(self, x: Tensor) -> Tensor:
-        u = self.beta * x
+        u = torch.clamp(self.beta * x, -1000.0, 1000.0)  # +-1 exactly there; no inf * 0
         sig = torch.sigmoid(u)
         return 2 * sig * (1 + u * torch.sigmoid(-u)) - 1
 

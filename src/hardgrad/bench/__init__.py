@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
+# Task modules register themselves on import (registration order = import order); add new
+# ones next to ``speed``.
+from . import speed
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
-
-# Task modules register themselves on import; add new ones here.
-from . import speed  # noqa: E402, I001  (import order is registration order)
 
 __all__ = [
     "TASKS",
@@ -51,18 +51,22 @@ def run_tasks(
 
     chosen = list(names) or list(TASKS.names())
     tasks = [TASKS.get(name, "task") for name in chosen]
-    torch.set_num_threads(settings.threads)
     progress = progress if progress is not None else make_progress()
-    results = []
-    for entry in tasks:
-        torch.manual_seed(settings.seed)
-        config = (configs or {}).get(entry.name) or entry.config(settings.quick)
-        t0 = time.perf_counter()
-        result = entry.run(settings, config, progress)
-        result.wall_s = time.perf_counter() - t0
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-        if settings.out is not None:  # keep what is done if a later task fails
-            write_results(settings.out, settings, results)
+    results: list[TaskResult] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        for entry in tasks:
+            torch.manual_seed(settings.seed)
+            config = (configs or {}).get(entry.name) or entry.config(settings.quick)
+            t0 = time.perf_counter()
+            result = entry.run(settings, config, progress)
+            result.wall_s = time.perf_counter() - t0
+            results.append(result)
+            if settings.out is not None:  # keep what is done if a later task fails
+                write_results(settings.out, settings, results)
+            if on_result is not None:
+                on_result(result)
+    finally:
+        torch.set_num_threads(threads)
     return results

@@ -46,7 +46,7 @@ def _columns(rows: Iterable[Sequence[str]], out: IO[str], indent: str = "  ") ->
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)] + [row[-1]]
         print(indent + "  ".join(cells).rstrip(), file=out)
 
 
@@ -79,7 +79,11 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             [
                 name,
                 f"[{spec.family or 'selection'}"
-                + (f", default surrogate {spec.default_surrogate!r}]" if spec.default_surrogate else "]"),
+                + (
+                    f", default surrogate {spec.default_surrogate!r}]"
+                    if spec.default_surrogate
+                    else "]"
+                ),
                 _plain(spec.summary),
             ]
             for name, spec in OPS.items()
@@ -159,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="hardgrad: gradients through hard operations. Benchmarks and listings.",
     )
     parser.add_argument(
-        "--version", action="version",
+        "--version",
+        action="version",
         version=f"hardgrad {__version__} (torch {torch.__version__})",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -175,12 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="tasks: " + ", ".join(f"{n} ({t.summary})" for n, t in TASKS.items()),
     )
     bench.add_argument(
-        "tasks", nargs="*", metavar="TASK",
+        "tasks",
+        nargs="*",
+        metavar="TASK",
         help=f"tasks to run (default: all of {', '.join(TASKS.names())})",
     )
     bench.add_argument("--quick", action="store_true", help="the reduced setting (minutes)")
     bench.add_argument(
-        "--out", type=Path, metavar="DIR",
+        "--out",
+        type=Path,
+        metavar="DIR",
         help="write DIR/results.json, DIR/report.md and plots",
     )
     bench.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
@@ -188,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", default="cpu", metavar="D", help="torch device, e.g. cpu or cuda (default cpu)"
     )
     bench.add_argument(
-        "--threads", type=int, default=None, metavar="N",
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
         help="intra-op threads (default: the cores this process may use)",
     )
     bench.set_defaults(handler=_bench, bench_parser=bench)

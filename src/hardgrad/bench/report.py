@@ -18,7 +18,7 @@ from typing import IO, Any
 import torch
 
 from .._version import __version__
-from ._task import BenchSettings, Table, TaskResult
+from ._task import BenchSettings, Table, TaskResult, available_threads
 
 # --------------------------------------------------------------------------- progress
 
@@ -126,12 +126,18 @@ def markdown_table(table: Table) -> str:
     right = [numeric(i) for i in range(len(widths))]
 
     def line(row: Sequence[str]) -> str:
-        parts = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)]
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
+        ]
         return "| " + " | ".join(parts) + " |"
 
-    rule = "|" + "|".join(
-        "-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right)
-    ) + "|"
+    rule = (
+        "|"
+        + "|".join(
+            "-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right, strict=True)
+        )
+        + "|"
+    )
     return "\n".join([line(table.columns), rule, *(line(r) for r in table.rows)])
 
 
@@ -198,7 +204,8 @@ def environment(settings: BenchSettings) -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "device": settings.device,
-        "threads": torch.get_num_threads(),
+        "threads": settings.threads,
+        "cores_available": available_threads(),
         "seed": settings.seed,
         "quick": settings.quick,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -254,7 +261,8 @@ def markdown_report(env: dict[str, Any], results: Sequence[TaskResult]) -> str:
         f"- date: {env['date']}",
         f"- hardgrad {env['hardgrad']}, torch {env['torch']}, Python {env['python']}",
         f"- platform: {env['platform']} ({env['processor']})",
-        f"- device: {env['device']}, threads: {env['threads']}, seed: {env['seed']}, "
+        f"- device: {env['device']}, threads: {env['threads']} (of {env['cores_available']} "
+        f"cores), seed: {env['seed']}, "
         f"quick: {env['quick']}",
         f"- command: `{env['command']}`",
         "",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import random
 import time
 from collections.abc import Callable
@@ -47,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ..ops import OPS, OpSpec, soft_topk_mask
-from ._task import BenchSettings, Progress, Table, TaskResult, task
+from ._task import BenchSettings, Progress, Table, TaskResult, available_threads, task
 from ._timing import median, saved_bytes_per_element, time_interleaved
 
 __all__ = ["ALTERNATIVES", "Candidate", "SpeedConfig", "alternatives_for", "default_config", "run"]
@@ -66,16 +67,23 @@ class SpeedConfig:
         min_run_time: seconds of ``blocked_autorange`` per candidate per round.
         compile: also time every candidate under ``torch.compile``.
         compile_ops: the ops timed under compile (``None``: all of ``ops``).
+        candidates: the alternatives to time, by key (``"detach"``, ``"function"``,
+            ``"torch"``); ``None``: all. hardgrad itself is always timed.
+        small_numel: also time every candidate eagerly on this many elements (selection
+            ops: ``(small_numel // C, C)``), where the fixed per-call cost (Python,
+            autograd bookkeeping) dominates; ``None`` skips it.
         plot: write ``speed_ratio.png`` next to the report (needs matplotlib).
     """
 
     numel: int = 2**22
     matrix: tuple[int, int] = (2**16, 64)
     ops: tuple[str, ...] | None = None
-    rounds: int = 7
-    min_run_time: float = 0.1
+    rounds: int = 15
+    min_run_time: float = 0.05
     compile: bool = True
     compile_ops: tuple[str, ...] | None = None
+    candidates: tuple[str, ...] | None = None
+    small_numel: int | None = 4096
     plot: bool = True
 
 
@@ -89,8 +97,8 @@ def default_config(quick: bool) -> SpeedConfig:
         return SpeedConfig(
             numel=2**22,
             matrix=(2**14, 64),
-            rounds=5,
-            min_run_time=0.03,
+            rounds=7,
+            min_run_time=0.02,
             compile_ops=QUICK_COMPILE_OPS,
         )
     return SpeedConfig()
@@ -126,11 +134,11 @@ class _STE(torch.autograd.Function):
     """Straight-through: forward ``hard(x)``, backward returns the gradient unchanged."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
         return hard(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
 
 
@@ -138,12 +146,12 @@ class _ClippedSTE(torch.autograd.Function):
     """Saves ``x``; backward ``grad * (|x| <= 1)``."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
         ctx.save_for_backward(x)
         return hard(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (x,) = ctx.saved_tensors
         return grad * (x.abs() <= 1).to(grad.dtype), None
 
@@ -152,12 +160,12 @@ class _SigmoidSTE(torch.autograd.Function):
     """Saves ``x``; backward ``grad * s * (1 - s)`` with ``s = sigmoid(x)``."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
         ctx.save_for_backward(x)
         return hard(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (x,) = ctx.saved_tensors
         s = torch.sigmoid(x)
         return grad * s * (1 - s), None
@@ -167,13 +175,13 @@ class _ClampSTE(torch.autograd.Function):
     """Saves ``x``; backward ``grad * (lo <= x <= hi)``."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, lo: float, hi: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, lo: float, hi: float) -> Tensor:
         ctx.save_for_backward(x)
         ctx.lo, ctx.hi = lo, hi
         return torch.clamp(x, lo, hi)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (x,) = ctx.saved_tensors
         return grad * ((x >= ctx.lo) & (x <= ctx.hi)).to(grad.dtype), None, None
 
@@ -182,13 +190,13 @@ class _FakeQuantSTE(torch.autograd.Function):
     """Saves ``x``; forward ``clamp(round(x / s), qmin, qmax) * s``; masked backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, scale: float, qmin: int, qmax: int) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, scale: float, qmin: int, qmax: int) -> Tensor:
         ctx.save_for_backward(x)
         ctx.scale, ctx.qmin, ctx.qmax = scale, qmin, qmax
         return torch.clamp(torch.round(x / scale), qmin, qmax) * scale
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (x,) = ctx.saved_tensors
         q = torch.round(x / ctx.scale)
         return grad * ((q >= ctx.qmin) & (q <= ctx.qmax)).to(grad.dtype), None, None, None
@@ -207,12 +215,12 @@ class _SoftmaxSTE(torch.autograd.Function):
     """Saves the logits; forward one-hot argmax; backward the softmax's VJP."""
 
     @staticmethod
-    def forward(ctx: Any, logits: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, logits: Tensor) -> Tensor:
         ctx.save_for_backward(logits)
         return _one_hot(logits)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
         (logits,) = ctx.saved_tensors
         s = torch.softmax(logits, -1)
         return s * (grad - (grad * s).sum(-1, keepdim=True))
@@ -222,13 +230,13 @@ class _TopKSTE(torch.autograd.Function):
     """Saves ``x``; backward differentiates the soft top-k relaxation with autograd."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, k: int) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, k: int) -> Tensor:
         ctx.save_for_backward(x)
         ctx.k = k
         return _topk_hard(x, k)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (x,) = ctx.saved_tensors
         with torch.enable_grad():
             leaf = x.detach().requires_grad_()
@@ -268,7 +276,7 @@ def _staircase(spec: OpSpec) -> list[Candidate]:
         return x + (hard(x) - x).detach()
 
     def function(x: Tensor) -> Tensor:
-        return _STE.apply(x, hard)  # type: ignore[no-any-return]
+        return _STE.apply(x, hard)
 
     return [
         Candidate("detach", "detach", f"x + (torch.{name}(x) - x).detach()", detach, exact=False),
@@ -289,15 +297,20 @@ def _clipped(spec: OpSpec) -> list[Candidate]:
         return h + (hard(x) - h).detach()
 
     def function(x: Tensor) -> Tensor:
-        return _ClippedSTE.apply(x, hard)  # type: ignore[no-any-return]
+        return _ClippedSTE.apply(x, hard)
 
     return [
         Candidate(
-            "detach", "detach", f"h = x.clamp(-1, 1); h + ({what} - h).detach()", detach,
+            "detach",
+            "detach",
+            f"h = x.clamp(-1, 1); h + ({what} - h).detach()",
+            detach,
             exact=False,
         ),
         Candidate(
-            "function", "Function", f"Function: save x; fwd {what}; bwd grad * (x.abs() <= 1)",
+            "function",
+            "Function",
+            f"Function: save x; fwd {what}; bwd grad * (x.abs() <= 1)",
             function,
         ),
     ]
@@ -313,15 +326,20 @@ def _sigmoid_step(spec: OpSpec) -> list[Candidate]:
         return s + (hard(x) - s).detach()
 
     def function(x: Tensor) -> Tensor:
-        return _SigmoidSTE.apply(x, hard)  # type: ignore[no-any-return]
+        return _SigmoidSTE.apply(x, hard)
 
     return [
         Candidate(
-            "detach", "detach", "s = sigmoid(x); s + ((x > 0).float() - s).detach()", detach,
+            "detach",
+            "detach",
+            "s = sigmoid(x); s + ((x > 0).float() - s).detach()",
+            detach,
             exact=False,
         ),
         Candidate(
-            "function", "Function", "Function: save x; bwd grad * s * (1 - s), s = sigmoid(x)",
+            "function",
+            "Function",
+            "Function: save x; bwd grad * s * (1 - s), s = sigmoid(x)",
             function,
         ),
     ]
@@ -336,12 +354,14 @@ def _clamp(spec: OpSpec) -> list[Candidate]:
         return torch.clamp(x, lo, hi)
 
     def function(x: Tensor) -> Tensor:
-        return _ClampSTE.apply(x, lo, hi)  # type: ignore[no-any-return]
+        return _ClampSTE.apply(x, lo, hi)
 
     return [
         Candidate("torch", "torch.clamp", f"torch.clamp(x, {lo:g}, {hi:g})", native),
         Candidate(
-            "function", "Function", "Function: save x; bwd grad * ((x >= lo) & (x <= hi))",
+            "function",
+            "Function",
+            "Function: save x; bwd grad * ((x >= lo) & (x <= hi))",
             function,
         ),
     ]
@@ -366,25 +386,30 @@ def _quantize(spec: OpSpec) -> list[Candidate]:
 
     candidates = [
         Candidate(
-            "torch", "torch.fake_quantize",
+            "torch",
+            "torch.fake_quantize",
             f"torch.fake_quantize_per_tensor_affine(x, {scale:g}, {zero_point}, {qmin}, {qmax})",
             native,
         ),
         Candidate(
-            "detach", "detach",
+            "detach",
+            "detach",
             "v = x / s; v = v + (v.round() - v).detach(); v.clamp(qmin, qmax) * s",
-            detach, exact=False,
+            detach,
+            exact=False,
         ),
     ]
     if zero_point == 0:
 
         def function(x: Tensor) -> Tensor:
-            return _FakeQuantSTE.apply(x, scale, qmin, qmax)  # type: ignore[no-any-return]
+            return _FakeQuantSTE.apply(x, scale, qmin, qmax)
 
         candidates.append(
             Candidate(
-                "function", "Function",
-                "Function: save x; bwd grad * (qmin <= round(x / s) <= qmax)", function,
+                "function",
+                "Function",
+                "Function: save x; bwd grad * (qmin <= round(x / s) <= qmax)",
+                function,
             )
         )
     return candidates
@@ -400,15 +425,20 @@ def _one_hot_argmax(spec: OpSpec) -> list[Candidate]:
         return _one_hot(logits) - y_soft.detach() + y_soft
 
     def function(logits: Tensor) -> Tensor:
-        return _SoftmaxSTE.apply(logits)  # type: ignore[no-any-return]
+        return _SoftmaxSTE.apply(logits)
 
     return [
         Candidate(
-            "detach", "detach", "y_soft = softmax(l); y_hard - y_soft.detach() + y_soft", detach,
+            "detach",
+            "detach",
+            "y_soft = softmax(l); y_hard - y_soft.detach() + y_soft",
+            detach,
             exact=False,
         ),
         Candidate(
-            "function", "Function", "Function: save l; bwd softmax VJP (softmax recomputed)",
+            "function",
+            "Function",
+            "Function: save l; bwd softmax VJP (softmax recomputed)",
             function,
         ),
     ]
@@ -425,15 +455,20 @@ def _topk_mask(spec: OpSpec) -> list[Candidate]:
         return _topk_hard(x, k) - m.detach() + m
 
     def function(x: Tensor) -> Tensor:
-        return _TopKSTE.apply(x, k)  # type: ignore[no-any-return]
+        return _TopKSTE.apply(x, k)
 
     return [
         Candidate(
-            "detach", "detach", "m = hg.ops.soft_topk_mask(x, k); hard - m.detach() + m",
-            detach, exact=False,
+            "detach",
+            "detach",
+            "m = hg.ops.soft_topk_mask(x, k); hard - m.detach() + m",
+            detach,
+            exact=False,
         ),
         Candidate(
-            "function", "Function", "Function: save x; bwd autograd.grad(soft_topk_mask(x, k))",
+            "function",
+            "Function",
+            "Function: save x; bwd autograd.grad(soft_topk_mask(x, k))",
             function,
         ),
     ]
@@ -501,9 +536,16 @@ def _check_gradient(cand: Candidate, grad: Tensor, expected: Tensor, where: str)
 # --------------------------------------------------------------------------- running
 
 
-def _inputs(spec: OpSpec, config: SpeedConfig, settings: BenchSettings) -> tuple[Tensor, Tensor]:
+def _shape(spec: OpSpec, config: SpeedConfig, small: bool = False) -> tuple[int, ...]:
+    if small:
+        numel = config.small_numel or 1
+        cols = config.matrix[1]
+        return (max(numel // cols, 1), cols) if spec.family is None else (numel,)
+    return config.matrix if spec.family is None else (config.numel,)
+
+
+def _inputs(spec: OpSpec, shape: tuple[int, ...], settings: BenchSettings) -> tuple[Tensor, Tensor]:
     generator = torch.Generator().manual_seed(settings.seed + sum(map(ord, spec.name)))
-    shape: tuple[int, ...] = config.matrix if spec.family is None else (config.numel,)
     spread = 4.0 if spec.family == "staircase" else 1.0
     x = (torch.randn(shape, generator=generator) * spread).to(settings.device)
     g = torch.randn(shape, generator=generator).to(settings.device)
@@ -550,7 +592,11 @@ def _run_mode(
     progress: Progress,
     record: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """Check, measure bytes and time every candidate in one mode ("eager"/"compiled")."""
+    """Check, measure bytes and time every candidate in one mode.
+
+    ``mode`` is ``"eager"``, ``"compiled"`` (every candidate under ``torch.compile``) or
+    ``"small"`` (eager, on the small input).
+    """
     where = f"speed/{spec.name}/{mode}"
     steps: dict[str, Callable[[], None]] = {}
     expected: Tensor | None = None
@@ -565,7 +611,9 @@ def _run_mode(
                 fn, fullgraph = _compile(cand.fn, x, g)
             except Exception as error:  # a candidate that does not compile is reported
                 entry["compile_error"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                progress.log(f"{spec.name}: {cand.label} failed to compile: {entry['compile_error']}")
+                progress.log(
+                    f"{spec.name}: {cand.label} failed to compile: {entry['compile_error']}"
+                )
                 continue
             entry["compile_s"] = time.perf_counter() - t0
             entry["fullgraph"] = fullgraph
@@ -580,10 +628,11 @@ def _run_mode(
         else:
             _check_gradient(cand, grad, expected, where)
         del grad
-        suffix = "" if mode == "eager" else "_compiled"
+        suffix = {"eager": "", "compiled": "_compiled"}.get(mode, f"_{mode}")
         entry[f"forward_mismatches{suffix}"] = check.mismatches
         entry[f"max_forward_error{suffix}"] = check.max_error
-        entry[f"bytes_per_element{suffix}"] = saved_bytes_per_element(fn, x)
+        if mode != "small":
+            entry[f"bytes_per_element{suffix}"] = saved_bytes_per_element(fn, x)
         steps[cand.key] = _step(fn, x, g)
     del expected
     steps.update(_floors(x))
@@ -591,15 +640,18 @@ def _run_mode(
         step()
         step()
     times = time_interleaved(
-        steps, rounds=config.rounds, min_run_time=config.min_run_time,
-        threads=settings.threads, rng=rng,
+        steps,
+        rounds=config.rounds,
+        min_run_time=config.min_run_time,
+        threads=settings.threads,
+        rng=rng,
     )
     medians = {key: _ms(median(ts)) for key, ts in times.items()}
     for cand in candidates:
         if cand.key in times:
             record[cand.key][f"{mode}_ms"] = medians[cand.key]
             record[cand.key][f"{mode}_rounds_ms"] = [_ms(t) for t in times[cand.key]]
-    summary = _summarise(candidates, medians, record)
+    summary = _summarise(candidates, medians, times)
     summary["floor_ms"] = medians["floor"]
     summary["floor_alloc_ms"] = medians["floor_alloc"]
     summary["floor_rounds_ms"] = [_ms(t) for t in times["floor"]]
@@ -608,25 +660,37 @@ def _run_mode(
 
 
 def _summarise(
-    candidates: list[Candidate], medians: dict[str, float], record: dict[str, dict[str, Any]]
+    candidates: list[Candidate], medians: dict[str, float], times: dict[str, list[float]]
 ) -> dict[str, Any]:
     alternatives = [c for c in candidates if c.key != "hardgrad" and c.key in medians]
     hg_ms = medians.get("hardgrad", float("nan"))
-    summary: dict[str, Any] = {"hardgrad_ms": hg_ms}
-    if alternatives:
+    summary: dict[str, Any] = {
+        "hardgrad_ms": hg_ms,
+        "best_alternative": None,
+        "best_alternative_label": None,
+        "best_alternative_ms": float("nan"),
+        "ratio": float("nan"),
+        "round_ratios": [],
+        "rounds_faster": 0,
+    }
+    if alternatives and "hardgrad" in times:
         best = min(alternatives, key=lambda c: medians[c.key])
+        # Rounds are interleaved, so per-round ratios cancel slow drifts of the machine.
+        paired = [h / a for h, a in zip(times["hardgrad"], times[best.key], strict=True)]
         summary.update(
             best_alternative=best.key,
             best_alternative_label=best.label,
             best_alternative_ms=medians[best.key],
             ratio=hg_ms / medians[best.key],
-        )
-    else:
-        summary.update(
-            best_alternative=None, best_alternative_label=None,
-            best_alternative_ms=float("nan"), ratio=float("nan"),
+            round_ratios=paired,
+            rounds_faster=sum(r <= 1.0 for r in paired),
         )
     return summary
+
+
+#: Ratios up to this are reported as a tie ("≈") rather than a miss: below the
+#: round-to-round noise of a shared machine.
+TIE = 1.05
 
 
 def _compile(
@@ -641,10 +705,16 @@ def _compile(
         except Exception:
             if not fullgraph:
                 raise
-            torch._dynamo.reset()
             continue
         return compiled, fullgraph
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
 
 
 def _resolve_ops(config: SpeedConfig) -> tuple[list[str], list[str]]:
@@ -660,6 +730,63 @@ def _resolve_ops(config: SpeedConfig) -> tuple[list[str], list[str]]:
     return names, [n for n in names if n in config.compile_ops]
 
 
+def _run_op(
+    spec: OpSpec,
+    compiled: bool,
+    config: SpeedConfig,
+    settings: BenchSettings,
+    rng: random.Random,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Every mode for one op; its entry of ``results.json``."""
+    name = spec.name
+    candidates = [
+        c
+        for c in alternatives_for(spec)
+        if c.key == "hardgrad" or config.candidates is None or c.key in config.candidates
+    ]
+    record: dict[str, dict[str, Any]] = {}
+    x, g = _inputs(spec, _shape(spec, config), settings)
+    entry: dict[str, Any] = {
+        "shape": list(x.shape),
+        "numel": x.numel(),
+        "dtype": str(x.dtype).removeprefix("torch."),
+        "surrogate": _surrogate_label(spec),
+        "kwargs": dict(spec.kwargs),
+        "candidates": record,
+        "compiled": None,
+        "small": None,
+    }
+    ref = spec.reference(x.detach())
+    common = (spec, candidates, x, g, ref, config, settings, rng, progress, record)
+    entry["eager"] = _run_mode("eager", *common)
+    progress.advance(f"{name}: eager done")
+    if compiled:
+        entry["compiled"] = _run_mode("compiled", *common)
+        torch._dynamo.reset()
+        progress.advance(f"{name}: compiled done")
+    del x, g, ref, common
+    gc.collect()
+    if config.small_numel:
+        xs, gs = _inputs(spec, _shape(spec, config, small=True), settings)
+        entry["small_shape"] = list(xs.shape)
+        entry["small"] = _run_mode(
+            "small",
+            spec,
+            candidates,
+            xs,
+            gs,
+            spec.reference(xs.detach()),
+            config,
+            settings,
+            rng,
+            progress,
+            record,
+        )
+        progress.advance(f"{name}: small done")
+    return entry
+
+
 @task(
     "speed",
     "forward+backward time and bytes saved for backward per op, vs hand-written alternatives",
@@ -670,43 +797,25 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
     config = config if config is not None else default_config(settings.quick)
     names, compiled_names = _resolve_ops(config)
     rng = random.Random(settings.seed)
-    progress.start("speed", len(names) + len(compiled_names))
+    progress.start("speed", len(names) * (2 if config.small_numel else 1) + len(compiled_names))
     t_start = time.perf_counter()
+    load_before = _load_average()
     ops: dict[str, Any] = {}
     try:
         for name in names:
-            spec = OPS.get(name)
-            x, g = _inputs(spec, config, settings)
-            ref = spec.reference(x.detach())
-            candidates = alternatives_for(spec)
-            record: dict[str, dict[str, Any]] = {}
-            entry: dict[str, Any] = {
-                "shape": list(x.shape),
-                "numel": x.numel(),
-                "dtype": str(x.dtype).removeprefix("torch."),
-                "surrogate": _surrogate_label(spec),
-                "kwargs": {k: v for k, v in spec.kwargs.items()},
-                "candidates": record,
-                "compiled": None,
-            }
-            ops[name] = entry
-            entry["eager"] = _run_mode(
-                "eager", spec, candidates, x, g, ref, config, settings, rng, progress, record
+            ops[name] = _run_op(
+                OPS.get(name), name in compiled_names, config, settings, rng, progress
             )
-            progress.advance(f"{name}: eager done")
-            if name in compiled_names:
-                entry["compiled"] = _run_mode(
-                    "compiled", spec, candidates, x, g, ref, config, settings, rng, progress,
-                    record,
-                )
-                torch._dynamo.reset()
-                progress.advance(f"{name}: compiled done")
-            del x, g, ref
-            gc.collect()
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
-    data = {"ops": ops, "compiled_ops": compiled_names}
+    data = {
+        "ops": ops,
+        "compiled_ops": compiled_names,
+        "threads": torch.get_num_threads(),
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+    }
     result = TaskResult(
         name="speed",
         summary="forward+backward time (ms) and bytes saved for backward, float32 on "
@@ -717,6 +826,13 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
     )
     result.tables = _tables(ops, names, compiled_names)
     result.notes = _notes(ops, names, compiled_names, config, settings)
+    if data["load_average_before"] is not None:
+        result.notes.append(
+            "1-minute load average of the machine: "
+            f"{data['load_average_before']:.2f} before, {data['load_average_after']:.2f} after "
+            f"the run (on {available_threads()} cores); other processes share the cores, so "
+            "absolute times vary between runs more than the ratios of one run do."
+        )
     if settings.out is not None and config.plot:
         figure = _plot(ops, names, settings.out)
         if figure is not None:
@@ -739,71 +855,117 @@ def _fmt_bytes(value: float | None) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".") if value % 1 else f"{value:.0f}"
 
 
+def _ratio_cell(summary: dict[str, Any]) -> str:
+    ratio = summary["ratio"]
+    if ratio != ratio:
+        return "n/a"
+    mark = "✓" if ratio <= 1.0 else ("≈" if ratio <= TIE else "✗")
+    return f"{ratio:.2f} {mark} {summary['rounds_faster']}/{len(summary['round_ratios'])}"
+
+
+_TITLES = {
+    "eager": "Eager: hardgrad vs the fastest hand-written alternative",
+    "compiled": "torch.compile: every candidate compiled (fullgraph where possible)",
+    "small": "Small tensors, eager: the fixed per-call cost (µs)",
+}
+
+
+def _fmt_us(value: float | None) -> str:
+    if value is None or value != value:
+        return "n/a"
+    return f"{value * 1e3:.1f}"
+
+
 def _summary_table(ops: dict[str, Any], names: list[str], mode: str) -> Table:
-    suffix = "" if mode == "eager" else "_compiled"
-    title = (
-        "Eager: hardgrad vs the fastest hand-written alternative"
-        if mode == "eager"
-        else "torch.compile: every candidate compiled (fullgraph where possible)"
-    )
-    table = Table(
-        title=title,
-        columns=[
-            "op", "surrogate", "hardgrad ms", "best alternative (ms)", "ratio (≤ 1)",
-            "× floor", "bytes/elt saved: hg vs alternatives",
-        ],
-    )
+    suffix = "" if mode != "compiled" else "_compiled"
+    small = mode == "small"
+    unit, fmt = ("µs", _fmt_us) if small else ("ms", _fmt_ms)
+    columns = [
+        "op",
+        "surrogate",
+        f"hardgrad {unit}",
+        f"best alternative ({unit})",
+        "ratio (≤ 1), rounds hg faster",
+        "× floor",
+    ]
+    if not small:
+        columns.append("bytes/elt saved: hg vs alternatives")
+    table = Table(title=_TITLES[mode], columns=columns)
     for name in names:
         entry = ops[name]
         summary = entry[mode]
         if summary is None:
             continue
         record = entry["candidates"]
-        hg_bytes = record["hardgrad"].get(f"bytes_per_element{suffix}")
-        alt_bytes = ", ".join(
-            f"{c['label']} {_fmt_bytes(c.get(f'bytes_per_element{suffix}'))}"
-            for key, c in record.items()
-            if key != "hardgrad" and f"bytes_per_element{suffix}" in c
-        )
-        ratio = summary["ratio"]
-        ratio_cell = "n/a" if ratio != ratio else f"{ratio:.2f} {'✓' if ratio <= 1.0 else '✗'}"
         best = summary["best_alternative_label"]
-        table.rows.append([
-            name,
+        row = [
+            name if not small else f"{name} {tuple(entry['small_shape'])}",
             entry["surrogate"],
-            _fmt_ms(summary["hardgrad_ms"]),
-            "-" if best is None else f"{best} {_fmt_ms(summary['best_alternative_ms'])}",
-            ratio_cell,
+            fmt(summary["hardgrad_ms"]),
+            "-" if best is None else f"{best} {fmt(summary['best_alternative_ms'])}",
+            _ratio_cell(summary),
             f"{summary['x_floor']:.2f}",
-            f"{_fmt_bytes(hg_bytes)} vs {alt_bytes or '-'}",
-        ])
+        ]
+        if not small:
+            hg_bytes = record["hardgrad"].get(f"bytes_per_element{suffix}")
+            alt_bytes = ", ".join(
+                f"{c['label']} {_fmt_bytes(c.get(f'bytes_per_element{suffix}'))}"
+                for key, c in record.items()
+                if key != "hardgrad" and f"bytes_per_element{suffix}" in c
+            )
+            row.append(f"{_fmt_bytes(hg_bytes)} vs {alt_bytes or '-'}")
+        table.rows.append(row)
     return table
 
 
 def _detail_table(ops: dict[str, Any], names: list[str], compiled_names: list[str]) -> Table:
     table = Table(
-        title="Every candidate (median ms over rounds; bytes saved for backward per element)",
-        columns=["op", "candidate", "code", "eager ms", "compiled ms", "bytes/elt eager", "bytes/elt compiled"],
+        title="Every candidate (median over rounds; bytes saved for backward per element)",
+        columns=[
+            "op",
+            "candidate",
+            "code",
+            "eager ms",
+            "compiled ms",
+            "small µs",
+            "bytes/elt eager",
+            "bytes/elt compiled",
+        ],
     )
     for name in names:
         entry = ops[name]
-        for key, c in entry["candidates"].items():
-            compiled = "-" if name not in compiled_names else _fmt_ms(c.get("compiled_ms"))
-            if name in compiled_names and "compile_error" in c:
+        is_compiled = name in compiled_names
+        for c in entry["candidates"].values():
+            compiled = "-" if not is_compiled else _fmt_ms(c.get("compiled_ms"))
+            if is_compiled and "compile_error" in c:
                 compiled = "compile failed"
-            elif name in compiled_names and c.get("fullgraph") is False:
+            elif is_compiled and c.get("fullgraph") is False:
                 compiled += " (graph breaks)"
-            table.rows.append([
-                name, c["label"], f"`{c['code']}`", _fmt_ms(c.get("eager_ms")), compiled,
-                _fmt_bytes(c.get("bytes_per_element")),
-                _fmt_bytes(c.get("bytes_per_element_compiled")) if name in compiled_names else "-",
-            ])
-        floor = entry["eager"]
-        comp = entry["compiled"]
-        table.rows.append([
-            name, "floor", "`out.copy_(x); grad.copy_(x)`", _fmt_ms(floor["floor_ms"]),
-            _fmt_ms(comp["floor_ms"]) if comp else "-", "", "",
-        ])
+            table.rows.append(
+                [
+                    name,
+                    c["label"],
+                    f"`{c['code']}`",
+                    _fmt_ms(c.get("eager_ms")),
+                    compiled,
+                    _fmt_us(c.get("small_ms")) if entry["small"] else "-",
+                    _fmt_bytes(c.get("bytes_per_element")),
+                    _fmt_bytes(c.get("bytes_per_element_compiled")) if is_compiled else "-",
+                ]
+            )
+        comp, small = entry["compiled"], entry["small"]
+        table.rows.append(
+            [
+                name,
+                "floor",
+                "`out.copy_(x); grad.copy_(x)`",
+                _fmt_ms(entry["eager"]["floor_ms"]),
+                _fmt_ms(comp["floor_ms"]) if comp else "-",
+                _fmt_us(small["floor_ms"]) if small else "-",
+                "",
+                "",
+            ]
+        )
     return table
 
 
@@ -811,6 +973,9 @@ def _tables(ops: dict[str, Any], names: list[str], compiled_names: list[str]) ->
     tables = [_summary_table(ops, names, "eager")]
     if compiled_names:
         tables.append(_summary_table(ops, compiled_names, "compiled"))
+    smalls = [n for n in names if ops[n]["small"] is not None]
+    if smalls:
+        tables.append(_summary_table(ops, smalls, "small"))
     tables.append(_detail_table(ops, names, compiled_names))
     return tables
 
@@ -880,7 +1045,9 @@ def _notes(
             if c.get("fullgraph") is False
         ]
         if broken:
-            notes.append("Compiled with graph breaks (fullgraph=True failed): " + ", ".join(broken) + ".")
+            notes.append(
+                "Compiled with graph breaks (fullgraph=True failed): " + ", ".join(broken) + "."
+            )
         failed = [
             f"{n}/{c['label']} ({c['compile_error']})"
             for n in compiled_names
@@ -889,9 +1056,20 @@ def _notes(
         ]
         if failed:
             notes.append("Failed to compile, not timed: " + "; ".join(failed) + ".")
-    for mode in ("eager", "compiled"):
+    notes.append(
+        "ratio marks: ✓ at most 1.0; ≈ within 5 % above (a tie on this noisy machine); ✗ "
+        "more. k/n: rounds in which hardgrad beat that alternative (paired within a round)."
+    )
+    if config.small_numel:
+        notes.append(
+            f"Small tensors: {config.small_numel:,} elements (selection ops "
+            f"({max(config.small_numel // cols, 1)}, {cols})), eager; at this size the time "
+            "is the fixed cost of a call (Python, autograd bookkeeping), not memory traffic."
+        )
+    for mode in ("eager", "compiled", "small"):
         missed = [
-            f"{n} ({ops[n][mode]['ratio']:.2f}× {ops[n][mode]['best_alternative_label']})"
+            f"{n} ({ops[n][mode]['ratio']:.2f}× {ops[n][mode]['best_alternative_label']}, "
+            f"faster in {ops[n][mode]['rounds_faster']}/{len(ops[n][mode]['round_ratios'])} rounds)"
             for n in names
             if ops[n][mode] is not None and ops[n][mode]["ratio"] > 1.0
         ]
@@ -924,9 +1102,7 @@ def _plot(ops: dict[str, Any], names: list[str], out: Path) -> str | None:
     width = 0.4
     positions = list(range(len(names)))
     eager = [ops[n]["eager"]["ratio"] for n in names]
-    compiled = [
-        ops[n]["compiled"]["ratio"] if ops[n]["compiled"] else float("nan") for n in names
-    ]
+    compiled = [ops[n]["compiled"]["ratio"] if ops[n]["compiled"] else float("nan") for n in names]
     ax.bar([p - width / 2 for p in positions], eager, width, label="eager")
     ax.bar([p + width / 2 for p in positions], compiled, width, label="torch.compile")
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")

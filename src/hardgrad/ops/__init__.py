@@ -72,6 +72,7 @@ class OpSpec:
         return self.op(x, **{**self.kwargs, **overrides})
 
 
+#: The registry of hard ops, name to :class:`OpSpec`; ``OPS.names()`` lists them.
 OPS: Registry[OpSpec] = Registry("op")
 
 _HALVES = (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5)

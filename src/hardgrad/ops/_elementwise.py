@@ -175,6 +175,28 @@ def _in_range(x: Tensor, y: Tensor) -> Tensor:
     return y == x
 
 
+class _ClampFixedTensorBounds(torch.autograd.Function):
+    """clamp(x, lo, hi) with tensor bounds that need no gradient: one bool mask (or none)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor]:
+        return torch.clamp(x, lo, hi), (x >= lo) & (x <= hi)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        ctx.mark_non_differentiable(output[1])
+        ctx.identity = inputs[3]
+        if not ctx.identity:
+            ctx.save_for_backward(output[1])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:
+        grad_x = grad if ctx.identity else masked(grad, ctx.saved_tensors[0])
+        return grad_x, None, None, None
+
+
 class _ClampTensorBounds(torch.autograd.Function):
     """clamp(x, lo, hi) with tensor bounds; lo/hi get torch.clamp's own gradients."""
 
@@ -234,13 +256,18 @@ def clamp(
         1 & \texttt{"identity"} \end{cases}
 
     ``"masked"`` is the gradient PyTorch's own clamp gives, with the boundaries included,
-    computed from a bool mask (1 byte per element saved instead of the input);
-    ``"identity"`` passes the gradient through saturated entries too (a straight-through
-    clamp, Bengio et al. 2013, https://arxiv.org/abs/1308.3432), saving nothing.
+    computed from a bool mask (1 byte per element saved instead of the input). One
+    difference: the mask *multiplies* the incoming gradient (several times faster on CPU
+    than ``torch.where``), so an infinite or NaN incoming gradient at a saturated entry
+    gives NaN there, where torch.clamp gives 0; finite incoming gradients give identical
+    results. ``"identity"`` passes the gradient through saturated entries too (a
+    straight-through clamp, Bengio et al. 2013, https://arxiv.org/abs/1308.3432), saving
+    nothing.
 
     Tensor bounds must broadcast to ``x``'s shape and are cast to its dtype; they get the
     gradient :func:`torch.clamp` gives them (the incoming gradient where ``x`` is below
-    ``min``, resp. above ``max``, summed to their shape) with either surrogate. With
+    ``min``, resp. above ``max``, summed to their shape) with either surrogate; then two
+    bool masks are saved (one when the bounds need no gradient). With
     tensor bounds where ``min > max``, ``y = max`` as in torch and no entry is in range.
 
     Args:
@@ -278,7 +305,10 @@ def clamp(
             if isinstance(hi, Tensor)
             else x.new_tensor(math.inf if hi is None else hi)
         )
-        y, _, _ = _ClampTensorBounds.apply(x, lo_t, hi_t, identity)
+        if lo_t.requires_grad or hi_t.requires_grad:
+            y, _, _ = _ClampTensorBounds.apply(x, lo_t, hi_t, identity)
+        else:
+            y, _ = _ClampFixedTensorBounds.apply(x, lo_t, hi_t, identity)
         return y
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")

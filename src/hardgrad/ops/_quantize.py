@@ -34,10 +34,11 @@ def _grid(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> Tensor:
 
     ``x / scale`` is computed as ``x * (1 / scale)``, as PyTorch's fake-quantize kernels
     do, so that the result is bit-identical to theirs (ties land on the same side).
-    ``zero_point=None`` stands for 0 and saves two passes over the data.
+    ``zero_point=None`` stands for 0 and saves a pass over the data. Adding +0 turns the
+    -0.0 that ``round`` gives small negative values into the +0.0 torch's integer levels give.
     """
     level = (x.to(scale.dtype) * (1.0 / scale)).round_()
-    return level if zero_point is None else level.add_(zero_point)
+    return level.add_(0.0 if zero_point is None else zero_point)
 
 
 def _fake_quantize(
@@ -56,7 +57,7 @@ def _fake_quantize_value(
 ) -> Tensor:
     """Forward only, zero point 0, number scale (``inverse`` = its rounded reciprocal)."""
     dtype = _compute_dtype(x.dtype)
-    level = (x.to(dtype) * inverse).round_()
+    level = (x.to(dtype) * inverse).round_().add_(0.0)  # -0.0 -> +0.0, as in _grid
     # clamp_min_/clamp_max_ rather than clamp_: vmap has batching rules for them only.
     return level.clamp_min_(quant_min).clamp_max_(quant_max).mul_(scale).to(x.dtype)
 
@@ -88,16 +89,17 @@ class _FakeQuantize(torch.autograd.Function):
         ctx.bounds = (quant_min, quant_max)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             ctx.save_for_backward(keep, x, scale, zero_point)
-        else:
+        elif not identity:
             ctx.save_for_backward(keep)
+        # else: nothing; the identity needs no mask, and no qparam needs a gradient.
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:
-        keep, *qparams = ctx.saved_tensors
-        grad_x = grad if ctx.identity else masked(grad, keep)
+        saved = ctx.saved_tensors
+        grad_x = grad if ctx.identity else masked(grad, saved[0])
         grad_scale = grad_zero_point = None
-        if qparams:
-            x, scale, zero_point = qparams
+        if len(saved) > 1:
+            keep, x, scale, zero_point = saved
             quant_min, quant_max = ctx.bounds
             g = grad.to(scale.dtype)
             x_over_s = x.to(scale.dtype) * (1.0 / scale)
@@ -154,7 +156,9 @@ def quantize(
     :math:`q_- \le q \le q_+` and zeroes it where the value saturates (the STE of
     Jacob et al. 2018, https://arxiv.org/abs/1712.05877); ``"identity"`` passes it
     everywhere. A bool mask (1 byte per element) is all that is saved unless the
-    quantization parameters need gradients.
+    quantization parameters need gradients (nothing for ``"identity"`` with a number
+    scale). As for :func:`hardgrad.clamp`, the mask multiplies the incoming gradient: a
+    non-finite incoming gradient at a saturated entry gives NaN rather than 0.
 
     Backward for ``scale`` and ``zero_point`` when they are tensors that require grad: the
     LSQ gradients of Esser et al. (2020), https://arxiv.org/abs/1902.08153, extended to

@@ -28,6 +28,10 @@ def _opmath(x: Tensor) -> Tensor:
 
 def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, float]:
     check_floating(x, name)
+    if x.dim() == 0:
+        raise ValueError(
+            f"Expected `{name}` to have at least 1 dimension, but found a 0-dim tensor"
+        )
     d = check_dim(x, dim)
     if x.shape[d] == 0:
         raise ValueError(

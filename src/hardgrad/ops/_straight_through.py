@@ -15,7 +15,7 @@ TensorFn = Callable[[Tensor], Tensor]
 
 
 def _name(fn: object) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return getattr(fn, "__name__", None) or repr(fn)
 
 
 class StraightThrough:
@@ -42,9 +42,11 @@ class StraightThrough:
             y = apply_surrogate(x, self.hard, surrogate)
             _check_like(y, x, "hard(x)")
             return y
-        hard = self.hard(x).detach()
+        hard = self.hard(x)
+        _check_like(hard, x, "hard(x)")
+        hard = hard.detach()
         soft = self.soft(x)
-        _check_like(soft, hard, "soft(x)", "hard(x)")
+        _check_like(soft, x, "soft(x)")
         # y = hard - (sg[soft] - soft): the subtracted term is +0 wherever soft(x) is finite,
         # so y equals hard(x) bit for bit (signed zeros, inf and NaN included), while its
         # gradient is that of soft. Where soft(x) is not finite the term is dropped.

@@ -1,0 +1,110 @@
+"""The ``speed`` benchmark, in-process in a tiny setting."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hardgrad.bench import BenchSettings, run_tasks
+from hardgrad.bench.report import PlainProgress
+from hardgrad.bench.speed import SpeedConfig, alternatives_for
+from hardgrad.ops import OPS
+
+TINY = SpeedConfig(
+    numel=4096,
+    matrix=(32, 16),
+    ops=("round", "clamp", "one_hot_argmax"),
+    rounds=2,
+    min_run_time=0.002,
+    compile=False,
+    small_numel=64,
+    plot=False,
+)
+
+
+def _run(tmp_path: Path, config: SpeedConfig, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    settings = BenchSettings(out=tmp_path, seed=1, threads=1)
+    (result,) = run_tasks(["speed"], settings, configs={"speed": config}, progress=PlainProgress())
+    assert "[speed" in capsys.readouterr().err
+    assert result.tables and result.wall_s > 0
+    document: dict[str, Any] = json.loads((tmp_path / "results.json").read_text())
+    return document
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_speed_eager_writes_results_and_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = _run(tmp_path, TINY, capsys)
+    for key in ("hardgrad", "torch", "device", "seed", "threads", "date", "quick"):
+        assert key in document
+    assert document["seed"] == 1 and document["threads"] == 1
+    task = document["tasks"]["speed"]
+    assert task["settings"]["numel"] == 4096
+    ops = task["results"]["ops"]
+    assert list(ops) == list(TINY.ops or ())
+    for name, entry in ops.items():
+        eager = entry["eager"]
+        for key in ("hardgrad_ms", "best_alternative_ms", "ratio", "x_floor", "floor_ms"):
+            assert _positive(eager[key]), (name, key, eager[key])
+        assert eager["best_alternative"] in entry["candidates"]
+        assert entry["compiled"] is None
+        small = entry["small"]
+        assert _positive(small["hardgrad_ms"]) and _positive(small["ratio"])
+        assert entry["small_shape"] == ([4, 16] if name == "one_hot_argmax" else [64])
+        expected = {c.key for c in alternatives_for(OPS.get(name))}
+        assert set(entry["candidates"]) == expected
+        for cand in entry["candidates"].values():
+            assert _positive(cand["eager_ms"])
+            assert len(cand["eager_rounds_ms"]) == TINY.rounds
+            assert cand["bytes_per_element"] >= 0
+            assert _positive(cand["small_ms"])
+    # Saved for backward: nothing for round's identity STE, a bool mask for clamp, while
+    # torch.clamp keeps the float input alive.
+    assert ops["round"]["candidates"]["hardgrad"]["bytes_per_element"] == 0
+    assert ops["clamp"]["candidates"]["hardgrad"]["bytes_per_element"] == 1
+    assert ops["clamp"]["candidates"]["torch"]["bytes_per_element"] == 4
+    report = (tmp_path / "report.md").read_text()
+    assert "| op " in report and "| round " in report and "| clamp " in report
+    assert "hardgrad ms" in report and "× floor" in report and "Small tensors" in report
+    assert "| one_hot_argmax (4, 16) " in report
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = SpeedConfig(
+        numel=1024,
+        ops=("round",),
+        rounds=1,
+        min_run_time=0.002,
+        compile=True,
+        candidates=("detach",),
+        small_numel=None,
+        plot=False,
+    )
+    document = _run(tmp_path, config, capsys)
+    entry = document["tasks"]["speed"]["results"]["ops"]["round"]
+    compiled = entry["compiled"]
+    assert _positive(compiled["hardgrad_ms"]) and _positive(compiled["ratio"])
+    for cand in entry["candidates"].values():
+        assert _positive(cand["compiled_ms"]) and cand["fullgraph"] is True
+        assert cand["bytes_per_element_compiled"] == 0
+    assert "torch.compile" in (tmp_path / "report.md").read_text()
+
+
+def test_unknown_op_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="available"):
+        run_tasks(
+            ["speed"],
+            BenchSettings(threads=1),
+            configs={"speed": SpeedConfig(ops=("nope",))},
+            progress=PlainProgress(),
+        )

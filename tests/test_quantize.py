@@ -1,0 +1,360 @@
+"""hg.quantize: bit-exactness against torch's fake quantization, STE backward for x, and the
+LSQ/LSQ+ gradients for scale and zero point (true gradients checked with gradcheck)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hardgrad as hg
+from hardgrad.surrogates import SURROGATES
+
+#: Surrogates quantize accepts (from the registry: those serving "clamp" ops).
+QUANTIZE_SURROGATES = [name for name, cls in SURROGATES.items() if "clamp" in cls.applies_to]
+SCALES = [0.1, 1 / 3, 0.0123, 0.25, 7.0]
+RANGES = [(-128, 127), (0, 255), (-8, 7)]
+
+
+def halfway_points(scale: float, quant_min: int, quant_max: int) -> torch.Tensor:
+    """float32 values x with x * (1/scale) exactly on a half-way point k + 1/2 (where one
+    exists), and their float32 neighbours on both sides."""
+    inverse = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(scale, dtype=torch.float32)
+    k = torch.arange(quant_min - 3, quant_max + 3, dtype=torch.float64) + 0.5
+    x = (k / inverse.double()).float()
+    exact = x[(x * inverse) == k.float()]
+    inf = torch.full_like(x, math.inf)
+    return torch.cat([exact, x, torch.nextafter(x, inf), torch.nextafter(x, -inf)])
+
+
+def quantize_input(scale: float, quant_min: int, quant_max: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    span = scale * (quant_max - quant_min)
+    return torch.cat(
+        [
+            (torch.rand(500, generator=g) - 0.5) * 1.5 * span,  # in range and saturated
+            halfway_points(scale, quant_min, quant_max),
+            torch.tensor([0.0, -0.0, 1e8, -1e8, math.inf, -math.inf]),
+        ]
+    )
+
+
+def formula(x: torch.Tensor, scale, zero_point, quant_min: int, quant_max: int) -> torch.Tensor:
+    """The documented forward, with x / scale computed as x * (1 / scale) like torch."""
+    level = torch.round(x * (1.0 / scale)) + zero_point
+    return (torch.clamp(level, quant_min, quant_max) - zero_point) * scale
+
+
+# --------------------------------------------------------------------------------------
+# Forward.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
+@pytest.mark.parametrize(
+    ("quant_min", "quant_max", "zero_point"),
+    [(lo, hi, z) for lo, hi in RANGES for z in (0, 3, -5 if lo < 0 else 128)],
+    ids=str,
+)
+@pytest.mark.parametrize("scale", SCALES, ids=lambda s: f"{s:.4g}")
+def test_matches_fake_quantize_per_tensor(scale, zero_point, quant_min, quant_max, surrogate):
+    x = quantize_input(scale, quant_min, quant_max)
+    expected = torch.fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max)
+    bounds = {"quant_min": quant_min, "quant_max": quant_max, "surrogate": surrogate}
+    as_number = hg.quantize(x, scale, zero_point, **bounds)
+    as_tensor = hg.quantize(x, torch.tensor(scale), torch.tensor(zero_point), **bounds)
+    learnable = hg.quantize(
+        x.clone().requires_grad_(), torch.tensor(scale, requires_grad=True), zero_point, **bounds
+    )
+    for y in (as_number, as_tensor, learnable):
+        assert y.dtype == torch.float32
+        assert torch.equal(y.detach(), expected)
+
+
+def test_default_range_and_zero_point():
+    x = quantize_input(0.05, -128, 127)
+    expected = torch.fake_quantize_per_tensor_affine(x, 0.05, 0, -128, 127)
+    assert torch.equal(hg.quantize(x, 0.05), expected)
+
+
+@pytest.mark.parametrize("scale", SCALES, ids=lambda s: f"{s:.4g}")
+def test_float64_matches_documented_formula(scale):
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat(
+        [
+            torch.randn(300, generator=g, dtype=torch.float64) * 50 * scale,
+            halfway_points(scale, -8, 7).double(),
+        ]
+    )
+    for zero_point in (0, 2, 0.5):
+        y = hg.quantize(x, scale, zero_point, quant_min=-8, quant_max=7)
+        expected = formula(x, torch.tensor(scale, dtype=torch.float64), zero_point, -8, 7)
+        assert torch.equal(y, expected), zero_point
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("scale", SCALES, ids=lambda s: f"{s:.4g}")
+def test_half_precision_is_quantized_in_float32(dtype, scale):
+    x = quantize_input(scale, -128, 127).to(dtype)
+    expected = torch.fake_quantize_per_tensor_affine(x.float(), scale, 0, -128, 127).to(dtype)
+    for s in (scale, torch.tensor(scale), torch.tensor(scale).to(dtype)):
+        y = hg.quantize(x, s)
+        assert y.dtype == dtype
+        if isinstance(s, torch.Tensor) and s.dtype == dtype:
+            # A half-precision scale is used as it is (widened exactly to float32).
+            ref = torch.fake_quantize_per_tensor_affine(x.float(), float(s), 0, -128, 127).to(dtype)
+            assert torch.equal(y, ref)
+        else:
+            assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str
+)
+def test_nan_propagates_and_infinities_saturate(dtype):
+    # The documented formula clamps with torch.clamp, which propagates NaN (unlike
+    # torch.fake_quantize_per_tensor_affine, which maps NaN to quant_min * scale).
+    x = torch.tensor([math.nan, math.inf, -math.inf, 1.0], dtype=dtype)
+    for scale in (0.25, torch.tensor(0.25)):
+        for surrogate in QUANTIZE_SURROGATES:
+            y = hg.quantize(x, scale, quant_min=-8, quant_max=7, surrogate=surrogate)
+            assert y[0].isnan()
+            assert y[1:].tolist() == [1.75, -2.0, 1.0]
+
+
+def test_signed_zero_of_small_negative_values():
+    # Documented here as found: zero point 0 gives -0.0 for small negative x (torch gives
+    # +0.0); equal under torch.equal, and the same for number and tensor scales.
+    x = torch.tensor([-0.1, -0.0, 0.0, 0.1])
+    expected = torch.fake_quantize_per_tensor_affine(x, 0.25, 0, -8, 7)
+    for scale in (0.25, torch.tensor(0.25)):
+        y = hg.quantize(x, scale, quant_min=-8, quant_max=7)
+        assert torch.equal(y, expected)
+
+
+@pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
+def test_matches_fake_quantize_per_channel_rows(surrogate):
+    g = torch.Generator().manual_seed(2)
+    scale = torch.tensor([0.1, 1 / 3, 0.0123, 0.25])
+    zero_point = torch.tensor([0, 3, -5, 1], dtype=torch.int32)
+    x = torch.randn(4, 200, generator=g) * 8 * scale[:, None]
+    halves = (torch.arange(-12, 12) + 0.5)[None, :] * scale[:, None]
+    x = torch.cat([x, halves, torch.nextafter(halves, torch.full_like(halves, math.inf))], 1)
+    expected = torch.fake_quantize_per_channel_affine(x, scale, zero_point, 0, -8, 7)
+    y = hg.quantize(
+        x,
+        scale[:, None],
+        zero_point[:, None].float(),
+        quant_min=-8,
+        quant_max=7,
+        surrogate=surrogate,
+    )
+    assert torch.equal(y, expected)
+    y = hg.quantize(x, scale[:, None], zero_point[:, None], quant_min=-8, quant_max=7)  # int zp
+    assert torch.equal(y, expected)
+
+
+def test_matches_fake_quantize_per_channel_columns():
+    g = torch.Generator().manual_seed(3)
+    scale = torch.tensor([0.1, 0.05, 0.3])
+    zero_point = torch.tensor([0, 2, 10], dtype=torch.int32)
+    x = torch.randn(2, 100, 3, generator=g)
+    expected = torch.fake_quantize_per_channel_affine(x, scale, zero_point, 2, 0, 255)
+    y = hg.quantize(x, scale, zero_point.float(), quant_min=0, quant_max=255)
+    assert torch.equal(y, expected)
+
+
+def test_docstring_example():
+    x = torch.tensor([-1.0, 0.26, 0.5, 3.0], requires_grad=True)
+    scale = torch.tensor(0.1, requires_grad=True)
+    y = hg.quantize(x, scale, quant_min=-8, quant_max=7)
+    torch.testing.assert_close(y.detach(), torch.tensor([-0.8, 0.3, 0.5, 0.7]))
+    y.sum().backward()
+    assert x.grad is not None and scale.grad is not None
+    assert x.grad.tolist() == [0.0, 1.0, 1.0, 0.0]
+    # -8 + (3 - 2.6) + (5 - 5) + 7 = -0.6
+    torch.testing.assert_close(scale.grad, torch.tensor(-0.6))
+
+
+# --------------------------------------------------------------------------------------
+# Backward for x.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+@pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
+def test_x_gradient_is_the_in_range_mask(surrogate, learnable):
+    x = quantize_input(0.1, -8, 7).requires_grad_()
+    g = torch.randn(x.shape)
+    scale = torch.tensor(0.1, requires_grad=learnable)
+    y = hg.quantize(x, scale, 2, quant_min=-8, quant_max=7, surrogate=surrogate)
+    y.backward(g)
+    level = torch.round(x.detach() * (1 / scale.detach())) + 2
+    in_range = (level >= -8) & (level <= 7)
+    kind = SURROGATES.get(surrogate).kind
+    expected = g if kind == "identity" else torch.where(in_range, g, 0)
+    assert torch.equal(x.grad, expected)
+
+
+# --------------------------------------------------------------------------------------
+# LSQ gradients for scale and zero point.
+# --------------------------------------------------------------------------------------
+
+
+def lsq_closed_form(x, g, scale, zero_point, quant_min, quant_max, factor=1.0):
+    """Per-element LSQ/LSQ+ gradients (Esser et al. 2020; Bhalgat et al. 2020)."""
+    v = x / scale
+    level = torch.round(v) + zero_point
+    below, above = level < quant_min, level > quant_max
+    dy_ds = torch.where(
+        below,
+        quant_min - zero_point,
+        torch.where(above, quant_max - zero_point, torch.round(v) - v),
+    )
+    dy_dz = torch.where(below | above, -scale, torch.zeros_like(v))
+    return g * dy_ds * factor, g * dy_dz * factor
+
+
+@pytest.mark.parametrize("grad_scale", [None, 0.5, 1 / math.sqrt(300 * 7)])
+def test_scale_and_zero_point_gradients_match_closed_form(grad_scale):
+    g_ = torch.Generator().manual_seed(4)
+    x = torch.randn(300, generator=g_, dtype=torch.float64) * 0.6
+    g = torch.randn(300, generator=g_, dtype=torch.float64)
+    scale = torch.tensor(0.07, dtype=torch.float64, requires_grad=True)
+    zero_point = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    y = hg.quantize(x, scale, zero_point, quant_min=-8, quant_max=7, grad_scale=grad_scale)
+    y.backward(g)
+    factor = 1.0 if grad_scale is None else grad_scale
+    ds, dz = lsq_closed_form(x, g, 0.07, 1.0, -8, 7, factor)
+    saturated = ((torch.round(x / 0.07) + 1 < -8) | (torch.round(x / 0.07) + 1 > 7)).sum()
+    assert 0 < saturated < 300  # both regimes present
+    torch.testing.assert_close(scale.grad, ds.sum(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(zero_point.grad, dz.sum(), rtol=1e-12, atol=1e-12)
+
+
+def test_in_range_scale_gradient_is_round_minus_value():
+    x = torch.tensor([0.26, -0.33, 0.05, 0.449, -0.1], dtype=torch.float64)
+    scale = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    hg.quantize(x, scale, grad_scale=0.25).sum().backward()
+    v = x / 0.1
+    torch.testing.assert_close(scale.grad, ((torch.round(v) - v) * 0.25).sum())
+
+
+def test_per_channel_gradients_are_summed_per_channel():
+    g_ = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 40, generator=g_, dtype=torch.float64)
+    g = torch.randn(3, 40, generator=g_, dtype=torch.float64)
+    s = torch.tensor([[0.05], [0.2], [0.11]], dtype=torch.float64)
+    z = torch.tensor([[0.0], [2.0], [-1.0]], dtype=torch.float64)
+    scale, zero_point = s.clone().requires_grad_(), z.clone().requires_grad_()
+    hg.quantize(x, scale, zero_point, quant_min=-8, quant_max=7, grad_scale=0.5).backward(g)
+    ds, dz = lsq_closed_form(x, g, s, z, -8, 7, 0.5)
+    assert scale.grad.shape == (3, 1) and zero_point.grad.shape == (3, 1)
+    torch.testing.assert_close(scale.grad, ds.sum(1, keepdim=True), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(zero_point.grad, dz.sum(1, keepdim=True), rtol=1e-12, atol=1e-12)
+
+
+def test_zero_point_gradcheck():
+    # Non-integral zero point: level = round(x/s) + z is never on the integer clamp bounds,
+    # and x/s stays away from rounding ties, so the op is smooth in z (true gradient).
+    x = torch.tensor([-1.3, -0.52, -0.1, 0.0, 0.21, 0.64, 0.97, 2.2], dtype=torch.float64)
+    scale = torch.tensor(0.1, dtype=torch.float64)
+    for z0 in (0.3, -2.6, 4.45):
+        zero_point = torch.tensor(z0, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(
+            lambda z: hg.quantize(x, scale, z, quant_min=-8, quant_max=7), (zero_point,)
+        )
+    per_channel = torch.tensor([[0.3], [-1.7]], dtype=torch.float64, requires_grad=True)
+    x2 = torch.stack([x, -x * 0.7])
+    assert torch.autograd.gradcheck(
+        lambda z: hg.quantize(x2, scale, z, quant_min=-8, quant_max=7), (per_channel,)
+    )
+
+
+def test_saturated_scale_and_zero_point_gradcheck():
+    # Every entry saturates: y = (bound - z) s, a true gradient in s and z.
+    x = torch.tensor([-9.0, -5.5, -3.0, 2.5, 4.0, 11.0], dtype=torch.float64)
+    scale = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    zero_point = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda s, z: hg.quantize(x, s, z, quant_min=-8, quant_max=7), (scale, zero_point)
+    )
+    per_channel = torch.tensor([[0.2], [0.1]], dtype=torch.float64, requires_grad=True)
+    x2 = torch.stack([x, x * 1.5])
+    assert torch.autograd.gradcheck(
+        lambda s: hg.quantize(x2, s, quant_min=-8, quant_max=7, grad_scale=1.0), (per_channel,)
+    )
+
+
+def test_qparam_gradients_keep_their_dtype():
+    x = torch.randn(20).to(torch.bfloat16)
+    scale = torch.tensor(0.1, requires_grad=True)
+    zero_point = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    y = hg.quantize(x, scale, zero_point)
+    assert y.dtype == torch.bfloat16
+    y.sum().backward()
+    assert scale.grad is not None and scale.grad.dtype == torch.float32
+    assert zero_point.grad is not None and zero_point.grad.dtype == torch.float64
+
+
+def test_no_qparam_gradient_when_not_required():
+    x = torch.randn(10, requires_grad=True)
+    scale = torch.tensor(0.1)
+    hg.quantize(x, scale).sum().backward()
+    assert scale.grad is None and x.grad is not None
+
+
+# --------------------------------------------------------------------------------------
+# Memory saved for backward.
+# --------------------------------------------------------------------------------------
+
+
+def saved_nbytes(fn, *args) -> int:
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return total
+
+
+@pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
+def test_saved_bytes_with_fixed_quantization_parameters(surrogate):
+    x = torch.randn(32, 64, requires_grad=True)
+    budget = 0 if SURROGATES.get(surrogate).kind == "identity" else 1
+    cases = [
+        (0.1, 0),
+        (torch.tensor(0.1), 0),
+        (0.1, 3),
+        (torch.full((32, 1), 0.1), torch.zeros(32, 1)),
+    ]
+    for scale, zero_point in cases:
+        nbytes = saved_nbytes(
+            lambda t, s=scale, z=zero_point: hg.quantize(t, s, z, surrogate=surrogate), x
+        )
+        assert nbytes <= budget * x.numel(), (scale, zero_point, nbytes)
+
+
+# --------------------------------------------------------------------------------------
+# Property test: any float32 input, any scale, any zero point.
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(
+    values=st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=8),
+    scale=st.floats(min_value=2**-20, max_value=1024.0, width=32),
+    zero_point=st.integers(-128, 127),
+)
+def test_property_matches_fake_quantize(values, scale, zero_point):
+    x = torch.tensor(values, dtype=torch.float32)
+    expected = torch.fake_quantize_per_tensor_affine(x, scale, zero_point, -128, 127)
+    for s in (scale, torch.tensor(scale)):
+        assert torch.equal(hg.quantize(x, s, zero_point), expected)
