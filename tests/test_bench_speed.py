@@ -66,6 +66,7 @@ def test_speed_eager_writes_results_and_report(
             assert len(cand["eager_rounds_ms"]) == TINY.rounds
             assert cand["bytes_per_element"] >= 0
             assert _positive(cand["small_ms"])
+            assert cand["page_faults"] is None or cand["page_faults"] >= 0
     # Saved for backward: nothing for round's identity STE, a bool mask for clamp, while
     # torch.clamp keeps the float input alive.
     assert ops["round"]["candidates"]["hardgrad"]["bytes_per_element"] == 0

@@ -57,6 +57,26 @@ def time_interleaved(
     return times
 
 
+def page_faults_per_call(fn: Callable[[], Any], *, calls: int = 3) -> float | None:
+    """Minor page faults per call of ``fn`` (``None`` where the OS does not count them).
+
+    Large CPU allocations are served by ``mmap`` and faulted in page by page on first
+    touch; this counts how often a call pays for fresh memory.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    before = faults()
+    for _ in range(calls):
+        fn()
+    return (faults() - before) / calls
+
+
 def saved_bytes_per_element(fn: Callable[[Tensor], Tensor], x: Tensor) -> float:
     """Bytes autograd saves for backward when ``fn(x)`` runs, per element of ``x``.
 

@@ -94,7 +94,9 @@ class RichProgress:
             self._progress.update(self._task, advance=steps, description=description)
 
     def log(self, message: str) -> None:
-        self._progress.console.print(f"[dim]\\[{self._name}][/dim] {message}", markup=True)
+        from rich.markup import escape
+
+        self._progress.console.print(f"[dim]\\[{escape(self._name)}][/dim] {escape(message)}")
 
     def finish(self) -> None:
         self._progress.stop()

@@ -41,15 +41,16 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..ops import OPS, OpSpec, soft_topk_mask
-from ._task import BenchSettings, Progress, Table, TaskResult, available_threads, task
-from ._timing import median, saved_bytes_per_element, time_interleaved
+from ..ops import OPS, OpSpec
+from ._speed_candidates import ALTERNATIVES, Candidate, alternatives_for, surrogate_label
+from ._speed_report import notes, plot, tables
+from ._task import BenchSettings, Progress, TaskResult, available_threads, task
+from ._timing import median, page_faults_per_call, saved_bytes_per_element, time_interleaved
 
 __all__ = ["ALTERNATIVES", "Candidate", "SpeedConfig", "alternatives_for", "default_config", "run"]
 
@@ -102,390 +103,6 @@ def default_config(quick: bool) -> SpeedConfig:
             compile_ops=QUICK_COMPILE_OPS,
         )
     return SpeedConfig()
-
-
-# --------------------------------------------------------------------------- candidates
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One implementation of an op's forward and backward.
-
-    Attributes:
-        key: ``"hardgrad"``, ``"detach"``, ``"function"`` or ``"torch"``.
-        label: short display name.
-        code: what it computes, as code.
-        fn: ``fn(x) -> y``.
-        exact: whether its forward must equal the reference bit for bit (the detach trick
-            is allowed rounding differences).
-    """
-
-    key: str
-    label: str
-    code: str
-    fn: Callable[[Tensor], Tensor]
-    exact: bool = True
-
-
-# Classic (old-style, ctx-first) autograd Functions, written the way tutorials write them.
-
-
-class _STE(torch.autograd.Function):
-    """Straight-through: forward ``hard(x)``, backward returns the gradient unchanged."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
-        return hard(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return grad, None
-
-
-class _ClippedSTE(torch.autograd.Function):
-    """Saves ``x``; backward ``grad * (|x| <= 1)``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
-        ctx.save_for_backward(x)
-        return hard(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (x,) = ctx.saved_tensors
-        return grad * (x.abs() <= 1).to(grad.dtype), None
-
-
-class _SigmoidSTE(torch.autograd.Function):
-    """Saves ``x``; backward ``grad * s * (1 - s)`` with ``s = sigmoid(x)``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, hard: Callable[[Tensor], Tensor]) -> Tensor:
-        ctx.save_for_backward(x)
-        return hard(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return grad * s * (1 - s), None
-
-
-class _ClampSTE(torch.autograd.Function):
-    """Saves ``x``; backward ``grad * (lo <= x <= hi)``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, lo: float, hi: float) -> Tensor:
-        ctx.save_for_backward(x)
-        ctx.lo, ctx.hi = lo, hi
-        return torch.clamp(x, lo, hi)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        (x,) = ctx.saved_tensors
-        return grad * ((x >= ctx.lo) & (x <= ctx.hi)).to(grad.dtype), None, None
-
-
-class _FakeQuantSTE(torch.autograd.Function):
-    """Saves ``x``; forward ``clamp(round(x / s), qmin, qmax) * s``; masked backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, scale: float, qmin: int, qmax: int) -> Tensor:
-        ctx.save_for_backward(x)
-        ctx.scale, ctx.qmin, ctx.qmax = scale, qmin, qmax
-        return torch.clamp(torch.round(x / scale), qmin, qmax) * scale
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        (x,) = ctx.saved_tensors
-        q = torch.round(x / ctx.scale)
-        return grad * ((q >= ctx.qmin) & (q <= ctx.qmax)).to(grad.dtype), None, None, None
-
-
-def _one_hot(logits: Tensor) -> Tensor:
-    index = logits.argmax(-1, keepdim=True)
-    return torch.zeros_like(logits).scatter_(-1, index, 1.0)
-
-
-def _topk_hard(x: Tensor, k: int) -> Tensor:
-    return torch.zeros_like(x).scatter_(-1, x.topk(k, -1).indices, 1.0)
-
-
-class _SoftmaxSTE(torch.autograd.Function):
-    """Saves the logits; forward one-hot argmax; backward the softmax's VJP."""
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor) -> Tensor:
-        ctx.save_for_backward(logits)
-        return _one_hot(logits)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
-        (logits,) = ctx.saved_tensors
-        s = torch.softmax(logits, -1)
-        return s * (grad - (grad * s).sum(-1, keepdim=True))
-
-
-class _TopKSTE(torch.autograd.Function):
-    """Saves ``x``; backward differentiates the soft top-k relaxation with autograd."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, k: int) -> Tensor:
-        ctx.save_for_backward(x)
-        ctx.k = k
-        return _topk_hard(x, k)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (x,) = ctx.saved_tensors
-        with torch.enable_grad():
-            leaf = x.detach().requires_grad_()
-            (grad_x,) = torch.autograd.grad(soft_topk_mask(leaf, ctx.k), leaf, grad)
-        return grad_x, None
-
-
-AlternativesFn = Callable[[OpSpec], list[Candidate]]
-#: Hand-written alternatives per op name; ops without an entry are timed alone.
-ALTERNATIVES: dict[str, AlternativesFn] = {}
-
-
-def _alternatives(*names: str) -> Callable[[AlternativesFn], AlternativesFn]:
-    def register(fn: AlternativesFn) -> AlternativesFn:
-        for name in names:
-            ALTERNATIVES[name] = fn
-        return fn
-
-    return register
-
-
-def _check_default(spec: OpSpec, surrogate: str | None) -> None:
-    if spec.default_surrogate != surrogate or "surrogate" in spec.kwargs:
-        raise RuntimeError(
-            f"The speed alternatives for {spec.name!r} implement the {surrogate!r} backward, "
-            f"but the op's benchmark setting uses {spec.kwargs.get('surrogate', spec.default_surrogate)!r}"
-        )
-
-
-@_alternatives("round", "floor", "ceil", "trunc")
-def _staircase(spec: OpSpec) -> list[Candidate]:
-    _check_default(spec, "identity")
-    hard = spec.reference
-    name = spec.name
-
-    def detach(x: Tensor) -> Tensor:
-        return x + (hard(x) - x).detach()
-
-    def function(x: Tensor) -> Tensor:
-        return _STE.apply(x, hard)
-
-    return [
-        Candidate("detach", "detach", f"x + (torch.{name}(x) - x).detach()", detach, exact=False),
-        Candidate(
-            "function", "Function", f"Function: fwd torch.{name}(x); bwd returns grad", function
-        ),
-    ]
-
-
-@_alternatives("sign", "binarize")
-def _clipped(spec: OpSpec) -> list[Candidate]:
-    _check_default(spec, "clipped")
-    hard = spec.reference
-    what = "torch.sign(x)" if spec.name == "sign" else "where(x >= 0, 1, -1)"
-
-    def detach(x: Tensor) -> Tensor:
-        h = torch.clamp(x, -1.0, 1.0)
-        return h + (hard(x) - h).detach()
-
-    def function(x: Tensor) -> Tensor:
-        return _ClippedSTE.apply(x, hard)
-
-    return [
-        Candidate(
-            "detach",
-            "detach",
-            f"h = x.clamp(-1, 1); h + ({what} - h).detach()",
-            detach,
-            exact=False,
-        ),
-        Candidate(
-            "function",
-            "Function",
-            f"Function: save x; fwd {what}; bwd grad * (x.abs() <= 1)",
-            function,
-        ),
-    ]
-
-
-@_alternatives("heaviside")
-def _sigmoid_step(spec: OpSpec) -> list[Candidate]:
-    _check_default(spec, "sigmoid")
-    hard = spec.reference
-
-    def detach(x: Tensor) -> Tensor:
-        s = torch.sigmoid(x)
-        return s + (hard(x) - s).detach()
-
-    def function(x: Tensor) -> Tensor:
-        return _SigmoidSTE.apply(x, hard)
-
-    return [
-        Candidate(
-            "detach",
-            "detach",
-            "s = sigmoid(x); s + ((x > 0).float() - s).detach()",
-            detach,
-            exact=False,
-        ),
-        Candidate(
-            "function",
-            "Function",
-            "Function: save x; bwd grad * s * (1 - s), s = sigmoid(x)",
-            function,
-        ),
-    ]
-
-
-@_alternatives("clamp")
-def _clamp(spec: OpSpec) -> list[Candidate]:
-    _check_default(spec, "masked")
-    lo, hi = float(spec.kwargs["min"]), float(spec.kwargs["max"])
-
-    def native(x: Tensor) -> Tensor:
-        return torch.clamp(x, lo, hi)
-
-    def function(x: Tensor) -> Tensor:
-        return _ClampSTE.apply(x, lo, hi)
-
-    return [
-        Candidate("torch", "torch.clamp", f"torch.clamp(x, {lo:g}, {hi:g})", native),
-        Candidate(
-            "function",
-            "Function",
-            "Function: save x; bwd grad * ((x >= lo) & (x <= hi))",
-            function,
-        ),
-    ]
-
-
-@_alternatives("quantize")
-def _quantize(spec: OpSpec) -> list[Candidate]:
-    _check_default(spec, "masked")
-    scale = float(spec.kwargs["scale"])
-    zero_point = int(spec.kwargs.get("zero_point", 0))
-    qmin, qmax = int(spec.kwargs["quant_min"]), int(spec.kwargs["quant_max"])
-
-    def native(x: Tensor) -> Tensor:
-        return torch.fake_quantize_per_tensor_affine(x, scale, zero_point, qmin, qmax)
-
-    def detach(x: Tensor) -> Tensor:
-        v = x / scale
-        v = v + (torch.round(v) - v).detach()
-        if zero_point:
-            return (torch.clamp(v + zero_point, qmin, qmax) - zero_point) * scale
-        return torch.clamp(v, qmin, qmax) * scale
-
-    candidates = [
-        Candidate(
-            "torch",
-            "torch.fake_quantize",
-            f"torch.fake_quantize_per_tensor_affine(x, {scale:g}, {zero_point}, {qmin}, {qmax})",
-            native,
-        ),
-        Candidate(
-            "detach",
-            "detach",
-            "v = x / s; v = v + (v.round() - v).detach(); v.clamp(qmin, qmax) * s",
-            detach,
-            exact=False,
-        ),
-    ]
-    if zero_point == 0:
-
-        def function(x: Tensor) -> Tensor:
-            return _FakeQuantSTE.apply(x, scale, qmin, qmax)
-
-        candidates.append(
-            Candidate(
-                "function",
-                "Function",
-                "Function: save x; bwd grad * (qmin <= round(x / s) <= qmax)",
-                function,
-            )
-        )
-    return candidates
-
-
-@_alternatives("one_hot_argmax")
-def _one_hot_argmax(spec: OpSpec) -> list[Candidate]:
-    if spec.kwargs.get("tau", 1.0) != 1.0 or spec.kwargs.get("dim", -1) != -1:
-        raise RuntimeError("The speed alternatives of one_hot_argmax assume tau=1, dim=-1")
-
-    def detach(logits: Tensor) -> Tensor:
-        y_soft = torch.softmax(logits, -1)
-        return _one_hot(logits) - y_soft.detach() + y_soft
-
-    def function(logits: Tensor) -> Tensor:
-        return _SoftmaxSTE.apply(logits)
-
-    return [
-        Candidate(
-            "detach",
-            "detach",
-            "y_soft = softmax(l); y_hard - y_soft.detach() + y_soft",
-            detach,
-            exact=False,
-        ),
-        Candidate(
-            "function",
-            "Function",
-            "Function: save l; bwd softmax VJP (softmax recomputed)",
-            function,
-        ),
-    ]
-
-
-@_alternatives("topk_mask")
-def _topk_mask(spec: OpSpec) -> list[Candidate]:
-    if spec.kwargs.get("tau", 1.0) != 1.0 or spec.kwargs.get("dim", -1) != -1:
-        raise RuntimeError("The speed alternatives of topk_mask assume tau=1, dim=-1")
-    k = int(spec.kwargs["k"])
-
-    def detach(x: Tensor) -> Tensor:
-        m = soft_topk_mask(x, k)
-        return _topk_hard(x, k) - m.detach() + m
-
-    def function(x: Tensor) -> Tensor:
-        return _TopKSTE.apply(x, k)
-
-    return [
-        Candidate(
-            "detach",
-            "detach",
-            "m = hg.ops.soft_topk_mask(x, k); hard - m.detach() + m",
-            detach,
-            exact=False,
-        ),
-        Candidate(
-            "function",
-            "Function",
-            "Function: save x; bwd autograd.grad(soft_topk_mask(x, k))",
-            function,
-        ),
-    ]
-
-
-_SELECTION_SURROGATE = {"one_hot_argmax": "softmax (τ=1)", "topk_mask": "soft top-k (τ=1)"}
-
-
-def alternatives_for(spec: OpSpec) -> list[Candidate]:
-    """hardgrad's candidate followed by the hand-written alternatives for ``spec``."""
-    hardgrad = Candidate("hardgrad", "hardgrad", f"hg.{spec.name}(x)", spec.__call__)
-    builder = ALTERNATIVES.get(spec.name)
-    return [hardgrad, *(builder(spec) if builder is not None else [])]
-
-
-def _surrogate_label(spec: OpSpec) -> str:
-    return spec.default_surrogate or _SELECTION_SURROGATE.get(spec.name, "-")
 
 
 # --------------------------------------------------------------------------- checks
@@ -639,6 +256,8 @@ def _run_mode(
     for step in steps.values():  # warm-up: allocator, caches, lazy init
         step()
         step()
+    # Minor page faults per call: fresh memory a call touches (before timing, same order).
+    faults = {k: page_faults_per_call(step) for k, step in steps.items()} if mode != "small" else {}
     times = time_interleaved(
         steps,
         rounds=config.rounds,
@@ -656,7 +275,31 @@ def _run_mode(
     summary["floor_alloc_ms"] = medians["floor_alloc"]
     summary["floor_rounds_ms"] = [_ms(t) for t in times["floor"]]
     summary["x_floor"] = summary["hardgrad_ms"] / medians["floor"]
+    summary.update(_quiet(summary, times))
+    if faults:
+        summary["floor_page_faults"] = faults["floor"]
+        summary["floor_alloc_page_faults"] = faults["floor_alloc"]
+        key = "page_faults" if mode == "eager" else "page_faults_compiled"
+        for cand in candidates:
+            if cand.key in faults:
+                record[cand.key][key] = faults[cand.key]
     return summary
+
+
+def _quiet(summary: dict[str, Any], times: dict[str, list[float]]) -> dict[str, Any]:
+    """hardgrad / best alternative over the rounds the machine was quiet in.
+
+    The floor, timed in every round, probes contention: a round whose floor took more than
+    twice its fastest round shared the cores with another process.
+    """
+    floor = times["floor"]
+    quiet = [i for i, t in enumerate(floor) if t <= 2 * min(floor)]
+    best = summary["best_alternative"]
+    ratio = float("nan")
+    if best is not None and "hardgrad" in times and quiet:
+        hg = median([times["hardgrad"][i] for i in quiet])
+        ratio = hg / median([times[best][i] for i in quiet])
+    return {"quiet_rounds": len(quiet), "quiet_ratio": ratio}
 
 
 def _summarise(
@@ -686,11 +329,6 @@ def _summarise(
             rounds_faster=sum(r <= 1.0 for r in paired),
         )
     return summary
-
-
-#: Ratios up to this are reported as a tie ("≈") rather than a miss: below the
-#: round-to-round noise of a shared machine.
-TIE = 1.05
 
 
 def _compile(
@@ -751,7 +389,7 @@ def _run_op(
         "shape": list(x.shape),
         "numel": x.numel(),
         "dtype": str(x.dtype).removeprefix("torch."),
-        "surrogate": _surrogate_label(spec),
+        "surrogate": surrogate_label(spec),
         "kwargs": dict(spec.kwargs),
         "candidates": record,
         "compiled": None,
@@ -824,8 +462,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         data=data,
         wall_s=wall,
     )
-    result.tables = _tables(ops, names, compiled_names)
-    result.notes = _notes(ops, names, compiled_names, config, settings)
+    result.tables = tables(ops, names, compiled_names)
+    result.notes = notes(ops, names, compiled_names, config, settings)
     if data["load_average_before"] is not None:
         result.notes.append(
             "1-minute load average of the machine: "
@@ -834,285 +472,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             "absolute times vary between runs more than the ratios of one run do."
         )
     if settings.out is not None and config.plot:
-        figure = _plot(ops, names, settings.out)
+        figure = plot(ops, names, settings.out)
         if figure is not None:
             result.figures.append(figure)
     return result
-
-
-# --------------------------------------------------------------------------- reporting
-
-
-def _fmt_ms(value: float | None) -> str:
-    if value is None or value != value:
-        return "n/a"
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def _fmt_bytes(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.2f}".rstrip("0").rstrip(".") if value % 1 else f"{value:.0f}"
-
-
-def _ratio_cell(summary: dict[str, Any]) -> str:
-    ratio = summary["ratio"]
-    if ratio != ratio:
-        return "n/a"
-    mark = "✓" if ratio <= 1.0 else ("≈" if ratio <= TIE else "✗")
-    return f"{ratio:.2f} {mark} {summary['rounds_faster']}/{len(summary['round_ratios'])}"
-
-
-_TITLES = {
-    "eager": "Eager: hardgrad vs the fastest hand-written alternative",
-    "compiled": "torch.compile: every candidate compiled (fullgraph where possible)",
-    "small": "Small tensors, eager: the fixed per-call cost (µs)",
-}
-
-
-def _fmt_us(value: float | None) -> str:
-    if value is None or value != value:
-        return "n/a"
-    return f"{value * 1e3:.1f}"
-
-
-def _summary_table(ops: dict[str, Any], names: list[str], mode: str) -> Table:
-    suffix = "" if mode != "compiled" else "_compiled"
-    small = mode == "small"
-    unit, fmt = ("µs", _fmt_us) if small else ("ms", _fmt_ms)
-    columns = [
-        "op",
-        "surrogate",
-        f"hardgrad {unit}",
-        f"best alternative ({unit})",
-        "ratio (≤ 1), rounds hg faster",
-        "× floor",
-    ]
-    if not small:
-        columns.append("bytes/elt saved: hg vs alternatives")
-    table = Table(title=_TITLES[mode], columns=columns)
-    for name in names:
-        entry = ops[name]
-        summary = entry[mode]
-        if summary is None:
-            continue
-        record = entry["candidates"]
-        best = summary["best_alternative_label"]
-        row = [
-            name if not small else f"{name} {tuple(entry['small_shape'])}",
-            entry["surrogate"],
-            fmt(summary["hardgrad_ms"]),
-            "-" if best is None else f"{best} {fmt(summary['best_alternative_ms'])}",
-            _ratio_cell(summary),
-            f"{summary['x_floor']:.2f}",
-        ]
-        if not small:
-            hg_bytes = record["hardgrad"].get(f"bytes_per_element{suffix}")
-            alt_bytes = ", ".join(
-                f"{c['label']} {_fmt_bytes(c.get(f'bytes_per_element{suffix}'))}"
-                for key, c in record.items()
-                if key != "hardgrad" and f"bytes_per_element{suffix}" in c
-            )
-            row.append(f"{_fmt_bytes(hg_bytes)} vs {alt_bytes or '-'}")
-        table.rows.append(row)
-    return table
-
-
-def _detail_table(ops: dict[str, Any], names: list[str], compiled_names: list[str]) -> Table:
-    table = Table(
-        title="Every candidate (median over rounds; bytes saved for backward per element)",
-        columns=[
-            "op",
-            "candidate",
-            "code",
-            "eager ms",
-            "compiled ms",
-            "small µs",
-            "bytes/elt eager",
-            "bytes/elt compiled",
-        ],
-    )
-    for name in names:
-        entry = ops[name]
-        is_compiled = name in compiled_names
-        for c in entry["candidates"].values():
-            compiled = "-" if not is_compiled else _fmt_ms(c.get("compiled_ms"))
-            if is_compiled and "compile_error" in c:
-                compiled = "compile failed"
-            elif is_compiled and c.get("fullgraph") is False:
-                compiled += " (graph breaks)"
-            table.rows.append(
-                [
-                    name,
-                    c["label"],
-                    f"`{c['code']}`",
-                    _fmt_ms(c.get("eager_ms")),
-                    compiled,
-                    _fmt_us(c.get("small_ms")) if entry["small"] else "-",
-                    _fmt_bytes(c.get("bytes_per_element")),
-                    _fmt_bytes(c.get("bytes_per_element_compiled")) if is_compiled else "-",
-                ]
-            )
-        comp, small = entry["compiled"], entry["small"]
-        table.rows.append(
-            [
-                name,
-                "floor",
-                "`out.copy_(x); grad.copy_(x)`",
-                _fmt_ms(entry["eager"]["floor_ms"]),
-                _fmt_ms(comp["floor_ms"]) if comp else "-",
-                _fmt_us(small["floor_ms"]) if small else "-",
-                "",
-                "",
-            ]
-        )
-    return table
-
-
-def _tables(ops: dict[str, Any], names: list[str], compiled_names: list[str]) -> list[Table]:
-    tables = [_summary_table(ops, names, "eager")]
-    if compiled_names:
-        tables.append(_summary_table(ops, compiled_names, "compiled"))
-    smalls = [n for n in names if ops[n]["small"] is not None]
-    if smalls:
-        tables.append(_summary_table(ops, smalls, "small"))
-    tables.append(_detail_table(ops, names, compiled_names))
-    return tables
-
-
-def _notes(
-    ops: dict[str, Any],
-    names: list[str],
-    compiled_names: list[str],
-    config: SpeedConfig,
-    settings: BenchSettings,
-) -> list[str]:
-    rows, cols = config.matrix
-    notes = [
-        f"float32 on {settings.device}, {torch.get_num_threads()} threads; elementwise ops on "
-        f"{config.numel:,} elements, one_hot_argmax/topk_mask on ({rows:,}, {cols}) logits "
-        f"along the last dim; timed statement `y = fn(x); torch.autograd.grad(y, x, g)`.",
-        f"{config.rounds} interleaved rounds (order shuffled each round), "
-        f"blocked_autorange(min_run_time={config.min_run_time}) per candidate per round; "
-        "median over rounds.",
-        "ratio = hardgrad / fastest alternative (target ≤ 1.0); × floor = hardgrad / the "
-        "floor, two plain copies of x's size into preallocated tensors (forward output and "
-        "input gradient), timed in the same rounds.",
-        "Before timing, every alternative's forward was checked against the plain-torch "
-        "reference (bit for bit; the detach trick within a few ulps) and its gradient "
-        "against hardgrad's (allclose, rtol 1e-5, atol 1e-6); hardgrad's forward is "
-        "bit-identical to the reference in every mode.",
-        "Bytes saved for backward: distinct storages seen by "
-        "torch.autograd.graph.saved_tensors_hooks, per element of x (a saved input counts: "
-        "it keeps x alive).",
-    ]
-    floors = [ops[n]["eager"]["floor_ms"] for n in names]
-    allocs = [ops[n]["eager"]["floor_alloc_ms"] for n in names]
-    notes.append(
-        f"Floor (eager rounds) ranged {min(floors):.3f}-{max(floors):.3f} ms; the same two copies "
-        f"into freshly allocated tensors (page faults included) {min(allocs):.3f}-"
-        f"{max(allocs):.3f} ms."
-    )
-    rounding = []
-    for name in names:
-        for c in ops[name]["candidates"].values():
-            count = c.get("forward_mismatches", 0)
-            if count:
-                rounding.append(
-                    f"{name} {count:,}/{ops[name]['numel']:,} (≤ {c['max_forward_error']:.2g})"
-                )
-    if rounding:
-        notes.append(
-            "The detach trick's forward is not bit-exact: elements that differ from the hard "
-            "op, with the largest |difference|: " + "; ".join(rounding) + "."
-        )
-    if config.compile:
-        skipped = [n for n in names if n not in compiled_names]
-        compile_s = sum(
-            c.get("compile_s", 0.0) for n in compiled_names for c in ops[n]["candidates"].values()
-        )
-        note = (
-            f"torch.compile (inductor, dynamic=False): compilation and warm-up ({compile_s:.0f} s "
-            "in all) excluded from the timings; each op's floor is re-timed in its compiled rounds."
-        )
-        if skipped:
-            note += " Not compiled in this setting: " + ", ".join(skipped) + "."
-        notes.append(note)
-        broken = [
-            f"{n}/{c['label']}"
-            for n in compiled_names
-            for c in ops[n]["candidates"].values()
-            if c.get("fullgraph") is False
-        ]
-        if broken:
-            notes.append(
-                "Compiled with graph breaks (fullgraph=True failed): " + ", ".join(broken) + "."
-            )
-        failed = [
-            f"{n}/{c['label']} ({c['compile_error']})"
-            for n in compiled_names
-            for c in ops[n]["candidates"].values()
-            if "compile_error" in c
-        ]
-        if failed:
-            notes.append("Failed to compile, not timed: " + "; ".join(failed) + ".")
-    notes.append(
-        "ratio marks: ✓ at most 1.0; ≈ within 5 % above (a tie on this noisy machine); ✗ "
-        "more. k/n: rounds in which hardgrad beat that alternative (paired within a round)."
-    )
-    if config.small_numel:
-        notes.append(
-            f"Small tensors: {config.small_numel:,} elements (selection ops "
-            f"({max(config.small_numel // cols, 1)}, {cols})), eager; at this size the time "
-            "is the fixed cost of a call (Python, autograd bookkeeping), not memory traffic."
-        )
-    for mode in ("eager", "compiled", "small"):
-        missed = [
-            f"{n} ({ops[n][mode]['ratio']:.2f}× {ops[n][mode]['best_alternative_label']}, "
-            f"faster in {ops[n][mode]['rounds_faster']}/{len(ops[n][mode]['round_ratios'])} rounds)"
-            for n in names
-            if ops[n][mode] is not None and ops[n][mode]["ratio"] > 1.0
-        ]
-        if missed:
-            notes.append(f"{mode}: slower than the fastest alternative: " + ", ".join(missed) + ".")
-    spreads = []
-    for name in names:
-        rounds = ops[name]["candidates"]["hardgrad"].get("eager_rounds_ms", [])
-        if len(rounds) >= 2:
-            spreads.append((max(rounds) - min(rounds)) / median(rounds))
-    if spreads:
-        notes.append(
-            f"Noise: hardgrad's per-round times spread by {100 * median(spreads):.0f} % of the "
-            "median (median over ops of (max - min) / median); per-round figures are in "
-            "results.json."
-        )
-    return notes
-
-
-def _plot(ops: dict[str, Any], names: list[str], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    width = 0.4
-    positions = list(range(len(names)))
-    eager = [ops[n]["eager"]["ratio"] for n in names]
-    compiled = [ops[n]["compiled"]["ratio"] if ops[n]["compiled"] else float("nan") for n in names]
-    ax.bar([p - width / 2 for p in positions], eager, width, label="eager")
-    ax.bar([p + width / 2 for p in positions], compiled, width, label="torch.compile")
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(positions)
-    ax.set_xticklabels(names, rotation=30, ha="right")
-    ax.set_ylabel("hardgrad / fastest alternative")
-    ax.set_title("speed: forward+backward time ratio (lower is better, target ≤ 1)")
-    ax.legend()
-    fig.tight_layout()
-    name = "speed_ratio.png"
-    fig.savefig(out / name, dpi=120)
-    plt.close(fig)
-    return name
