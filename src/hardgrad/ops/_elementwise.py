@@ -16,7 +16,14 @@ from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._validation import check_broadcastable_to, check_floating, check_real
-from ._autograd import HardFn, MaskedFromOutputGradient, apply_surrogate, float_compare, masked
+from ._autograd import (
+    HardFn,
+    MaskedPairGradient,
+    apply_surrogate,
+    cached_signature,
+    float_compare,
+    masked,
+)
 
 Number = int | float
 SurrogateLike = str | _surrogates.Surrogate
@@ -169,12 +176,14 @@ def heaviside(x: Tensor, *, surrogate: SurrogateLike = "sigmoid") -> Tensor:
     return _apply(x, _heaviside, surrogate, family="step", op="heaviside")
 
 
-def _in_range(x: Tensor, y: Tensor) -> Tensor:
-    # With scalar bounds min <= max, clamp leaves x unchanged exactly where
+def _clamp_with_mask(x: Tensor, min: float | None, max: float | None) -> tuple[Tensor, Tensor]:
+    y = torch.clamp(x, min, max)
+    # With number bounds min <= max, clamp leaves x unchanged exactly where
     # min <= x <= max, and NaN (which compares unequal) gets no gradient, as in torch.
-    return y == x
+    return y, y == x
 
 
+@cached_signature
 class _ClampFixedTensorBounds(torch.autograd.Function):
     """clamp(x, lo, hi) with tensor bounds that need no gradient: one bool mask (or none)."""
 
@@ -197,6 +206,7 @@ class _ClampFixedTensorBounds(torch.autograd.Function):
         return grad_x, None, None, None
 
 
+@cached_signature
 class _ClampTensorBounds(torch.autograd.Function):
     """clamp(x, lo, hi) with tensor bounds; lo/hi get torch.clamp's own gradients."""
 
@@ -312,8 +322,7 @@ def clamp(
         return y
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
-    hard = functools.partial(torch.clamp, min=lo, max=hi)
     if chosen.kind != "indicator":
-        return apply_surrogate(x, hard, chosen)
-    y, _ = MaskedFromOutputGradient.apply(x, hard, _in_range)
+        return apply_surrogate(x, functools.partial(torch.clamp, min=lo, max=hi), chosen)
+    y, _ = MaskedPairGradient.apply(x, functools.partial(_clamp_with_mask, min=lo, max=hi))
     return y

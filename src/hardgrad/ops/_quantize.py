@@ -3,6 +3,7 @@ r"""Fake quantization with a straight-through backward and LSQ gradients for the
 from __future__ import annotations
 
 import functools
+import struct
 from typing import Any
 
 import torch
@@ -15,10 +16,9 @@ from .._validation import (
     check_int,
     check_positive,
     check_real,
-    check_tensor,
     value_checks_apply,
 )
-from ._autograd import IdentityGradient, masked
+from ._autograd import IdentityGradient, MaskedPairGradient, cached_signature, masked
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -29,22 +29,41 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _LOW_PRECISION else dtype
 
 
-def _grid(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> Tensor:
+Scale = Tensor | float
+
+
+def _reciprocal(scale: float, dtype: torch.dtype) -> float:
+    """``1 / scale`` rounded to ``dtype`` as torch's kernels compute it (``1.0f / sc`` in
+    float32: the quotient of the float32-rounded scale, correctly rounded; computing it
+    in double first is innocuous, double rounding of a quotient being exact)."""
+    if dtype == torch.float64:
+        return 1.0 / scale
+    as_float32 = struct.unpack("f", struct.pack("f", scale))[0]
+    return float(struct.unpack("f", struct.pack("f", 1.0 / as_float32))[0])
+
+
+def _grid(x: Tensor, inverse: Scale, zero_point: Tensor | None, dtype: torch.dtype) -> Tensor:
     """The unclamped integer level, ``round(x / scale) + zero_point``.
 
     ``x / scale`` is computed as ``x * (1 / scale)``, as PyTorch's fake-quantize kernels
     do, so that the result is bit-identical to theirs (ties land on the same side).
-    ``zero_point=None`` stands for 0 and saves a pass over the data. Adding +0 turns the
-    -0.0 that ``round`` gives small negative values into the +0.0 torch's integer levels give.
+    ``zero_point=None`` stands for 0. Adding +0 turns the -0.0 that ``round`` gives small
+    negative values into the +0.0 of torch's integer levels.
     """
-    level = (x.to(scale.dtype) * (1.0 / scale)).round_()
+    level = (x.to(dtype) * inverse).round_()
     return level.add_(0.0 if zero_point is None else zero_point)
 
 
 def _fake_quantize(
-    x: Tensor, scale: Tensor, zero_point: Tensor | None, quant_min: int, quant_max: int
+    x: Tensor,
+    scale: Scale,
+    inverse: Scale,
+    zero_point: Tensor | None,
+    quant_min: int,
+    quant_max: int,
 ) -> tuple[Tensor, Tensor]:
-    level = _grid(x, scale, zero_point)
+    """``(y, in_range)``; ``scale`` and ``inverse`` are both numbers or both tensors."""
+    level = _grid(x, inverse, zero_point, _compute_dtype(x.dtype))
     clamped = torch.clamp(level, quant_min, quant_max)
     keep = level == clamped
     if zero_point is not None:
@@ -55,13 +74,13 @@ def _fake_quantize(
 def _fake_quantize_value(
     x: Tensor, scale: float, inverse: float, quant_min: int, quant_max: int
 ) -> Tensor:
-    """Forward only, zero point 0, number scale (``inverse`` = its rounded reciprocal)."""
-    dtype = _compute_dtype(x.dtype)
-    level = (x.to(dtype) * inverse).round_().add_(0.0)  # -0.0 -> +0.0, as in _grid
+    """Forward only (no mask), zero point 0, number scale."""
+    level = _grid(x, inverse, None, _compute_dtype(x.dtype))
     # clamp_min_/clamp_max_ rather than clamp_: vmap has batching rules for them only.
     return level.clamp_min_(quant_min).clamp_max_(quant_max).mul_(scale).to(x.dtype)
 
 
+@cached_signature
 class _FakeQuantize(torch.autograd.Function):
     """Fake quantization; backward: masked STE for x, LSQ for scale and zero point."""
 
@@ -77,7 +96,7 @@ class _FakeQuantize(torch.autograd.Function):
         identity: bool,
         grad_scale: float,
     ) -> tuple[Tensor, Tensor]:
-        return _fake_quantize(x, scale, zero_point, quant_min, quant_max)
+        return _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -216,10 +235,43 @@ def quantize(
     dtype = _compute_dtype(x.dtype)
     if isinstance(scale, Tensor):
         check_floating(scale, "scale")
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
-        check_tensor(scale, "scale")
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(
+            "Expected `scale` to be a positive number or a floating-point tensor, "
+            f"but found {type(scale).__name__}"
+        )
     else:
         check_positive(scale, "scale")
+    zero_point_t = (
+        None
+        if not isinstance(zero_point, Tensor) and check_real(zero_point, "zero_point") == 0
+        else _qparam(zero_point, "zero_point", x, dtype)
+    )
+    identity = chosen.kind == "identity"
+    if not isinstance(scale, Tensor) and zero_point_t is None:
+        # Number scale, zero point 0: nothing to learn, so Python numbers all the way (no
+        # small tensors to make per call) and only the mask (or, for the identity, nothing)
+        # is saved.
+        value, inverse = float(scale), _reciprocal(float(scale), dtype)
+        if identity:
+            forward = functools.partial(
+                _fake_quantize_value,
+                scale=value,
+                inverse=inverse,
+                quant_min=quant_min,
+                quant_max=quant_max,
+            )
+            return IdentityGradient.apply(x, forward)
+        hard_and_mask = functools.partial(
+            _fake_quantize,
+            scale=value,
+            inverse=inverse,
+            zero_point=None,
+            quant_min=quant_min,
+            quant_max=quant_max,
+        )
+        y, _ = MaskedPairGradient.apply(x, hard_and_mask)
+        return y
     scale_t = _qparam(scale, "scale", x, dtype)
     if isinstance(scale, Tensor) and value_checks_apply(scale):
         bad = ~((scale > 0) & torch.isfinite(scale))
@@ -227,25 +279,5 @@ def quantize(
             raise ValueError(
                 f"Expected every `scale` > 0 and finite, but found {scale[bad].flatten()[:4].tolist()}"
             )
-    zero_point_t = (
-        None
-        if not isinstance(zero_point, Tensor) and check_real(zero_point, "zero_point") == 0
-        else _qparam(zero_point, "zero_point", x, dtype)
-    )
-    identity = chosen.kind == "identity"
-    if identity and not isinstance(scale, Tensor) and zero_point_t is None:
-        # Nothing to learn and nothing to mask: save nothing. The reciprocal is rounded to
-        # the compute dtype as torch's kernels round it (exact for float32: double rounding
-        # of a quotient is innocuous).
-        rounded_scale = torch.tensor(float(scale), dtype=dtype)
-        inverse = (1.0 / rounded_scale).item()
-        hard = functools.partial(
-            _fake_quantize_value,
-            scale=float(scale),
-            inverse=inverse,
-            quant_min=quant_min,
-            quant_max=quant_max,
-        )
-        return IdentityGradient.apply(x, hard)
     y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)
     return y

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_dim, check_floating, check_int, check_positive
+from ._autograd import cached_signature, eager_plain
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
 # dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
@@ -18,7 +19,18 @@ _NEWTON_STEPS = 12  # Newton converges in <= 6 from the midpoint start; the rest
 def _finite(x: Tensor) -> Tensor:
     """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
     big = torch.finfo(x.dtype).max / 4
+    if torch.compiler.is_compiling():
+        # Same values; inductor fuses this form well, where nan_to_num makes the fused
+        # softmax kernel several times slower on CPU.
+        return torch.where(x != x, 0.0, x).clamp(-big, big)
     return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
+
+
+def _one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:
+    """Zeros like ``like`` with ones at ``index`` along ``dim``."""
+    if eager_plain(like):
+        return torch.zeros_like(like).scatter_(dim, index, 1.0)  # no second full copy
+    return torch.zeros_like(like).scatter(dim, index, 1.0)  # vmap has no rule for scatter_
 
 
 def _opmath(x: Tensor) -> Tensor:
@@ -49,13 +61,14 @@ def _softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
 
 
+@cached_signature
 class _OneHotArgmax(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(logits: Tensor, dim: int, tau: float) -> Tensor:
         index = logits.argmax(dim, keepdim=True)
-        return torch.zeros_like(logits).scatter(dim, index, 1.0)
+        return _one_hot(logits, dim, index)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -123,12 +136,22 @@ def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
     t = 0.5 * (top.narrow(dim, k - 1, 1) + top.narrow(dim, k, 1))
     lo = x.amin(dim, keepdim=True) - _SATURATION * tau
     hi = x.amax(dim, keepdim=True) + _SATURATION * tau
+    # In eager, two full-size buffers serve every iteration (fresh tensors of the input's
+    # size would each page-fault in); elsewhere the functional form.
+    reuse = eager_plain(x)
+    m, bell = (torch.empty_like(x), torch.empty_like(x)) if reuse else (x, x)
     for _ in range(_NEWTON_STEPS):
-        m = torch.sigmoid((x - t) / tau)
+        if reuse:
+            torch.sub(x, t, out=m).div_(tau).sigmoid_()
+            torch.mul(m, m, out=bell)
+            torch.sub(m, bell, out=bell)
+        else:
+            m = torch.sigmoid((x - t) / tau)
+            bell = m * (1 - m)
         excess = m.sum(dim, keepdim=True) - k  # decreasing in t
         lo = torch.where(excess > 0, t, lo)
         hi = torch.where(excess > 0, hi, t)
-        slope = (m * (1 - m)).sum(dim, keepdim=True) / tau
+        slope = bell.sum(dim, keepdim=True) / tau
         newton = t + excess / slope.clamp_min(torch.finfo(x.dtype).tiny)
         # Inclusive: once Newton has converged, its step rounds to t itself, which is
         # then a bracket end; a strict test would throw the solution away for a bisection.
@@ -146,13 +169,14 @@ def _soft_topk_vjp(m: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     return (a * (g - (g * a).sum(dim, keepdim=True) / total)).to(grad.dtype)
 
 
+@cached_signature
 class _TopKMask(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
         index = torch.topk(x, k, dim).indices
-        return torch.zeros_like(x).scatter(dim, index, 1.0)
+        return _one_hot(x, dim, index)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -167,6 +191,7 @@ class _TopKMask(torch.autograd.Function):
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
 
 
+@cached_signature
 class _SoftTopKMask(torch.autograd.Function):
     generate_vmap_rule = True
 
