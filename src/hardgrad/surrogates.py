@@ -433,7 +433,7 @@ class ApproxSign(Surrogate):
 @_SURROGATES.register("swish")
 @dataclass(frozen=True)
 class Swish(Surrogate):
-    r"""SwishSign: the derivative of a swish-shaped approximation of the sign.
+    r"""SwishSign: the derivative of a swish-shaped (BNN+) approximation of the sign.
 
     With :math:`u = \beta x`,
 

@@ -66,7 +66,9 @@ def round(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
 
 
 def floor(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
-    r"""Round down, :math:`y = \lfloor x \rfloor`, with a straight-through backward.
+    r"""Round down to an integer, with a straight-through backward.
+
+    Forward :math:`y = \lfloor x \rfloor`.
 
     Backward: :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` (identity by
     default; Bengio et al. 2013, https://arxiv.org/abs/1308.3432). Biased.
@@ -81,7 +83,9 @@ def floor(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
 
 
 def ceil(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
-    r"""Round up, :math:`y = \lceil x \rceil`, with a straight-through backward.
+    r"""Round up to an integer, with a straight-through backward.
+
+    Forward :math:`y = \lceil x \rceil`.
 
     Backward: :math:`\partial L/\partial x = \partial L/\partial y \cdot s'(x)` (identity by
     default; Bengio et al. 2013, https://arxiv.org/abs/1308.3432). Biased.
@@ -109,7 +113,9 @@ def trunc(x: Tensor, *, surrogate: SurrogateLike = "identity") -> Tensor:
 
 
 def sign(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
-    r"""Sign, :math:`y = \operatorname{sign}(x) \in \{-1, 0, 1\}` (0 at 0), with a surrogate backward.
+    r"""Sign (-1, 0 or +1; 0 at 0), with a surrogate backward.
+
+    Forward :math:`y = \operatorname{sign}(x) \in \{-1, 0, 1\}`.
 
     .. math:: \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\, s'(x),
         \qquad s'(x) = \mathbb 1[|x| \le 1] \text{ for the default ``"clipped"``}.
@@ -137,7 +143,9 @@ def _binarize(x: Tensor) -> Tensor:
 
 
 def binarize(x: Tensor, *, surrogate: SurrogateLike = "clipped") -> Tensor:
-    r"""Binarize to :math:`\pm 1`: :math:`y = +1` where :math:`x \ge 0`, else :math:`-1`.
+    r"""Binarize to +1 where x >= 0, else -1, with a surrogate backward.
+
+    Forward :math:`y = +1` where :math:`x \ge 0`, else :math:`-1`.
 
     Unlike :func:`sign` it never outputs 0 (0 maps to +1; NaN, which is not
     :math:`\ge 0`, maps to -1). Backward as for :func:`sign`:
@@ -158,7 +166,9 @@ def _heaviside(x: Tensor) -> Tensor:
 
 
 def heaviside(x: Tensor, *, surrogate: SurrogateLike = "sigmoid") -> Tensor:
-    r"""Step, :math:`y = \mathbb 1[x > 0]` (0 at 0 and for NaN), with a surrogate backward.
+    r"""Unit step (1 where x > 0, else 0), with a surrogate backward.
+
+    Forward :math:`y = \mathbb 1[x > 0]` (0 at 0 and for NaN).
 
     .. math:: \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y}\, s'(x), \qquad
         s'(x) = \sigma(x)\,\sigma(-x) \text{ for the default ``"sigmoid"``}.
@@ -256,7 +266,7 @@ def clamp(
     *,
     surrogate: SurrogateLike = "masked",
 ) -> Tensor:
-    r"""Clamp to :math:`[\min, \max]` with a chosen backward.
+    r"""Clamp to [min, max] with a chosen backward (masked or straight-through).
 
     .. math::
 

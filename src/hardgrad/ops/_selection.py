@@ -83,7 +83,7 @@ class _OneHotArgmax(torch.autograd.Function):
 
 
 def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor:
-    r"""One-hot of the argmax along ``dim``, with the softmax's gradient in backward.
+    r"""One-hot of the argmax along a dimension, with the softmax's gradient in backward.
 
     .. math::
 
@@ -217,7 +217,7 @@ def _check_topk(x: Tensor, k: Any, dim: Any, tau: Any) -> tuple[int, int, float]
 
 
 def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
-    r"""The :math:`\{0, 1\}` mask of the ``k`` largest entries along ``dim``, with a smooth backward.
+    r"""The 0/1 mask of the k largest entries along a dimension, with a smooth backward.
 
     Forward: :math:`y_i = 1` for the ``k`` largest :math:`x_i` (ties as :func:`torch.topk`
     breaks them), else 0. Backward: the gradient of the relaxation :func:`soft_topk_mask`,
