@@ -22,18 +22,11 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from .._validation import _is_transformed
+from .._kernels import eager_plain
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
 F = TypeVar("F", bound=torch.autograd.Function)
-
-
-def eager_plain(x: Tensor) -> bool:
-    """True outside ``torch.compile`` and ``torch.func`` transforms, where ``out=`` and
-    in-place kernels on fresh temporaries are safe (and, on CPU, several times faster than
-    their functional forms for bool/float mixes)."""
-    return not torch.compiler.is_compiling() and not _is_transformed(x)
 
 
 def masked(grad: Tensor, keep: Tensor) -> Tensor:

@@ -7,35 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._kernels import eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_positive
-from ._autograd import cached_signature, eager_plain
+from ._autograd import cached_signature
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
 # dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
 _SATURATION = 40.0
 _NEWTON_STEPS = 12  # Newton converges in <= 6 from the midpoint start; the rest is margin
-
-
-def _finite(x: Tensor) -> Tensor:
-    """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
-    big = torch.finfo(x.dtype).max / 4
-    if torch.compiler.is_compiling():
-        # Same values; inductor fuses this form well, where nan_to_num makes the fused
-        # softmax kernel several times slower on CPU.
-        return torch.where(x != x, 0.0, x).clamp(-big, big)
-    return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
-
-
-def _one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:
-    """Zeros like ``like`` with ones at ``index`` along ``dim``."""
-    if eager_plain(like):
-        return torch.zeros_like(like).scatter_(dim, index, 1.0)  # no second full copy
-    return torch.zeros_like(like).scatter(dim, index, 1.0)  # vmap has no rule for scatter_
-
-
-def _opmath(x: Tensor) -> Tensor:
-    """Half types are relaxed in float32."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, float]:
@@ -52,15 +31,6 @@ def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, flo
     return d, check_positive(tau, "tau")
 
 
-def _softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
-    """VJP of ``softmax(logits / tau)``: ``p * (g - <g, p>) / tau``."""
-    scaled = _opmath(logits) if tau == 1 else _opmath(logits) / tau
-    p = torch.softmax(_finite(scaled), dim)
-    # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).
-    vjp = torch.ops.aten._softmax_backward_data(_opmath(grad), p, dim, p.dtype)
-    return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
-
-
 @cached_signature
 class _OneHotArgmax(torch.autograd.Function):
     generate_vmap_rule = True
@@ -68,7 +38,7 @@ class _OneHotArgmax(torch.autograd.Function):
     @staticmethod
     def forward(logits: Tensor, dim: int, tau: float) -> Tensor:
         index = logits.argmax(dim, keepdim=True)
-        return _one_hot(logits, dim, index)
+        return one_hot(logits, dim, index)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -79,7 +49,7 @@ class _OneHotArgmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (logits,) = ctx.saved_tensors
-        return _softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
+        return softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
 
 
 def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor:
@@ -126,7 +96,7 @@ def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
     :math:`[\min x - 40\tau, \max x + 40\tau]`, for a fixed number of steps (no
     data-dependent control flow, so it compiles).
     """
-    x = _finite(_opmath(x))
+    x = finite(opmath(x))
     n = x.shape[dim]
     if k == 0:
         return torch.zeros_like(x)
@@ -164,7 +134,7 @@ def _soft_topk_vjp(m: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     r"""VJP of the sigmoid-threshold top-k: :math:`a \odot (g - \langle g, a\rangle / \sum a)`,
     :math:`a = m(1 - m)/\tau` (implicit differentiation through :math:`\sum m = k`)."""
     a = m * (1 - m) / tau
-    g = _opmath(grad)
+    g = opmath(grad)
     total = a.sum(dim, keepdim=True).clamp_min(torch.finfo(a.dtype).tiny)
     return (a * (g - (g * a).sum(dim, keepdim=True) / total)).to(grad.dtype)
 
@@ -176,7 +146,7 @@ class _TopKMask(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
         index = torch.topk(x, k, dim).indices
-        return _one_hot(x, dim, index)
+        return one_hot(x, dim, index)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:

@@ -1,0 +1,46 @@
+"""Small tensor helpers shared by the ops and the estimators (private)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._validation import _is_transformed
+
+
+def eager_plain(x: Tensor) -> bool:
+    """True outside ``torch.compile`` and ``torch.func`` transforms, where ``out=`` and
+    in-place kernels on fresh temporaries are safe (and, on CPU, several times faster than
+    their functional forms for bool/float mixes)."""
+    return not torch.compiler.is_compiling() and not _is_transformed(x)
+
+
+def finite(x: Tensor) -> Tensor:
+    """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
+    big = torch.finfo(x.dtype).max / 4
+    if torch.compiler.is_compiling():
+        # Same values; inductor fuses this form well, where nan_to_num makes the fused
+        # softmax kernel several times slower on CPU.
+        return torch.where(x != x, 0.0, x).clamp(-big, big)
+    return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
+
+
+def one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:
+    """Zeros like ``like`` with ones at ``index`` along ``dim``."""
+    if eager_plain(like):
+        return torch.zeros_like(like).scatter_(dim, index, 1.0)  # no second full copy
+    return torch.zeros_like(like).scatter(dim, index, 1.0)  # vmap has no rule for scatter_
+
+
+def opmath(x: Tensor) -> Tensor:
+    """Half types are relaxed in float32."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
+    """VJP of ``softmax(logits / tau)``: ``p * (g - <g, p>) / tau``."""
+    scaled = opmath(logits) if tau == 1 else opmath(logits) / tau
+    p = torch.softmax(finite(scaled), dim)
+    # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).
+    vjp = torch.ops.aten._softmax_backward_data(opmath(grad), p, dim, p.dtype)
+    return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
