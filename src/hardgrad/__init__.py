@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import nn, ops, surrogates
+from . import estimators, nn, ops, stochastic, surrogates
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
 from .ops import (
@@ -24,12 +24,16 @@ from .ops import (
     topk_mask,
     trunc,
 )
+from .stochastic import bernoulli, categorical
 
 __all__ = [
     "__version__",
+    "bernoulli",
     "binarize",
+    "categorical",
     "ceil",
     "clamp",
+    "estimators",
     "floor",
     "heaviside",
     "nn",
@@ -39,6 +43,7 @@ __all__ = [
     "round",
     "set_validation",
     "sign",
+    "stochastic",
     "straight_through",
     "surrogates",
     "topk_mask",

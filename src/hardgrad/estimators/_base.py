@@ -1,0 +1,113 @@
+"""The estimator base class and registry."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from .._registry import Registry
+
+#: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
+ESTIMATORS: Registry[type[Estimator]] = Registry("estimator")
+
+
+class Estimator(abc.ABC):
+    """Base class of every gradient estimator.
+
+    An estimator carries its settings (``tau``, ``k``, ...) and, for the pathwise family,
+    maps logits and noise to a sample whose backward is the estimator.
+
+    Class attributes:
+        name: the registry name.
+        pathwise: whether :func:`hardgrad.bernoulli` / :func:`hardgrad.categorical` can
+            use it (a sample whose backward carries the estimate).
+        unbiased: whether its gradient equals the true gradient in expectation.
+        discrete: whether the forward value is an exact sample (one-hot / {0, 1});
+            ``False`` for relaxations such as the Gumbel-softmax.
+    """
+
+    name: ClassVar[str] = ""
+    pathwise: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = False
+    discrete: ClassVar[bool] = True
+
+    def noise(self, logits: Tensor, generator: torch.Generator | None) -> Any:
+        """Draw the randomness one sample needs, shaped like ``logits`` (more for some).
+
+        The default is standard Gumbel noise, in float32 for half-precision logits so that
+        samples are exact draws in every dtype (a bfloat16 uniform has 8 bits).
+        """
+        return gumbel_noise(logits, generator)
+
+    @abc.abstractmethod
+    def categorical(self, logits: Tensor, noise: Any, dim: int) -> Tensor:
+        """The one-hot sample (or relaxation) for ``logits`` and ``noise`` along ``dim``.
+
+        A deterministic map of its inputs: the same noise gives the same value and gradient.
+        """
+
+
+def noise_dtype(logits: Tensor) -> torch.dtype:
+    """float32 for half-precision logits, their own dtype otherwise."""
+    return torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+
+
+def uniform(
+    like: Tensor, generator: torch.Generator | None, shape: tuple[int, ...] | None = None
+) -> Tensor:
+    """Uniform noise in ``[tiny, 1 - eps]``, so that ``log(u)`` and ``log(1 - u)`` are finite."""
+    dtype = noise_dtype(like)
+    u = torch.rand(
+        like.shape if shape is None else shape, generator=generator, dtype=dtype, device=like.device
+    )
+    info = torch.finfo(dtype)
+    return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
+
+
+def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Standard Gumbel noise ``-log(-log u)`` shaped like ``like``; always finite."""
+    return uniform(like, generator).log_().neg_().log_().neg_()
+
+
+_DEFAULTS: dict[str, Estimator] = {}
+
+
+def get(name: str) -> Estimator:
+    """The default instance of the estimator registered as ``name``.
+
+    Example:
+        >>> import hardgrad as hg
+        >>> hg.estimators.get("st_gumbel")
+        STGumbel(tau=1.0)
+    """
+    if name not in _DEFAULTS:
+        _DEFAULTS[name] = ESTIMATORS.get(name, "estimator")()
+    return _DEFAULTS[name]
+
+
+def resolve(estimator: str | Estimator, *, pathwise: bool = False, where: str = "") -> Estimator:
+    """Turn a name or an instance into an :class:`Estimator` instance.
+
+    Raises:
+        TypeError: neither a string nor an :class:`Estimator`.
+        ValueError: unknown name, or a non-pathwise estimator where a pathwise one is needed.
+    """
+    if isinstance(estimator, str):
+        instance = get(estimator)
+    elif isinstance(estimator, Estimator):
+        instance = estimator
+    else:
+        raise TypeError(
+            "Expected `estimator` to be a name or a hardgrad.estimators.Estimator, "
+            f"but found {type(estimator).__name__}"
+        )
+    if pathwise and not instance.pathwise:
+        usable = ", ".join(repr(n) for n, cls in ESTIMATORS.items() if cls.pathwise)
+        raise ValueError(
+            f"Expected a pathwise `estimator` for {where}, but found {instance!r}, which "
+            f"works through hg.expectation only; pathwise: {usable}"
+        )
+    return instance

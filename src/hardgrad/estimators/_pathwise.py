@@ -1,0 +1,362 @@
+r"""Pathwise estimators: a sample (or relaxation) whose backward carries the estimate.
+
+Notation, along the category dimension: logits :math:`\ell`, probabilities
+:math:`\pi = \operatorname{softmax}(\ell)`, Gumbel noise :math:`g`, the exact sample
+:math:`D = \operatorname{onehot}(\arg\max_i \ell_i + g_i)` (Gumbel-max), the incoming
+gradient :math:`\bar y = \partial L / \partial y`, and for a probability vector :math:`p`
+the softmax Jacobian product :math:`J(p)^\top \bar y = p \odot (\bar y - \langle \bar y, p\rangle)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from .._kernels import finite, one_hot, opmath, softmax_vjp
+from .._validation import check_int, check_positive
+from ..ops._autograd import cached_signature
+from ._base import ESTIMATORS, Estimator, uniform
+
+
+def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
+    """The exact one-hot sample ``onehot(argmax(logits + gumbel))`` in ``logits``' dtype."""
+    index = (logits.to(gumbel.dtype) + gumbel).argmax(dim, keepdim=True)
+    return one_hot(logits, dim, index)
+
+
+def _softmax_jacobian_product(grad: Tensor, p: Tensor, dim: int) -> Tensor:
+    """:math:`J(p)^\top g = p \\odot (g - \\langle g, p\rangle)` in one fused pass."""
+    return torch.ops.aten._softmax_backward_data(grad, p, dim, p.dtype)
+
+
+def _check_tau(tau: Any) -> float:
+    return check_positive(tau, "tau")
+
+
+@cached_signature
+class _StraightThroughSample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward :math:`J(\\operatorname{softmax}(\\ell/\\tau))^\\top \\bar y / \\tau`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, _, ctx.dim, ctx.tau = inputs
+        ctx.save_for_backward(logits)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        (logits,) = ctx.saved_tensors
+        return softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None, None
+
+
+@cached_signature
+class _IdentitySample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward copies the gradient onto the logits."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return grad, None, None
+
+
+@cached_signature
+class _GumbelStraightThroughSample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward through :math:`\\operatorname{softmax}((\\ell + g)/\\tau)`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, gumbel, ctx.dim, ctx.tau = inputs
+        ctx.save_for_backward(logits, gumbel)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        logits, gumbel = ctx.saved_tensors
+        perturbed = opmath(logits) + gumbel
+        return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau).to(logits.dtype), None, None, None
+
+
+def _conditional_gumbel_logits(
+    logits: Tensor, sample: Tensor, exponentials: Tensor, dim: int
+) -> Tensor:
+    r"""Perturbed logits :math:`z = \ell + g` drawn from the Gumbels *given* ``argmax z = D``.
+
+    With :math:`E \sim \operatorname{Exp}(1)` (one row per draw) and
+    :math:`\Lambda = \operatorname{logsumexp}(\ell)`: the maximum is
+    :math:`z_D = \Lambda - \log E_D` and every other coordinate is a Gumbel truncated below
+    it, :math:`z_i = -\log(E_D e^{-\Lambda} + E_i e^{-\ell_i})` (Maddison et al. 2014,
+    https://arxiv.org/abs/1411.0030), computed in log space so that no term overflows.
+    """
+    ell = finite(opmath(logits)).unsqueeze(0)
+    chosen = sample.to(torch.bool).unsqueeze(0)
+    log_e = exponentials.log()
+    total = torch.logsumexp(ell, dim + 1, keepdim=True)
+    log_e_max = torch.where(chosen, log_e, 0).sum(dim + 1, keepdim=True)
+    top = total - log_e_max
+    rest = -torch.logaddexp(log_e_max - total, log_e - ell)
+    return torch.where(chosen, top, rest)
+
+
+@cached_signature
+class _GumbelRaoSample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward: ST-Gumbel averaged over conditional draws."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        logits: Tensor, gumbel: Tensor, exponentials: Tensor, dim: int, tau: float
+    ) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, _, exponentials, ctx.dim, ctx.tau = inputs
+        ctx.save_for_backward(logits, exponentials, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+        logits, exponentials, sample = ctx.saved_tensors
+        dim, tau = ctx.dim, ctx.tau
+        z = _conditional_gumbel_logits(logits, sample, exponentials, dim)
+        p = torch.softmax(z / tau, dim + 1)
+        g = opmath(grad).unsqueeze(0).expand_as(p)
+        mean = _softmax_jacobian_product(g, p, dim + 1).mean(0) / tau
+        return mean.to(logits.dtype), None, None, None, None
+
+
+@cached_signature
+class _ReinMaxSample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward ReinMax (Heun's method)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, _, ctx.dim, ctx.tau = inputs
+        ctx.save_for_backward(logits, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        logits, sample = ctx.saved_tensors
+        dim, tau = ctx.dim, ctx.tau
+        ell = finite(opmath(logits))
+        g = opmath(grad)
+        pi0 = torch.softmax(ell, dim)
+        pi1 = 0.5 * (torch.softmax(ell / tau, dim) + sample.to(ell.dtype))
+        result = 2 * _softmax_jacobian_product(g, pi1, dim) - 0.5 * _softmax_jacobian_product(
+            g, pi0, dim
+        )
+        return result.to(logits.dtype), None, None, None
+
+
+@ESTIMATORS.register("st")
+@dataclass(frozen=True)
+class ST(Estimator):
+    r"""Straight-through with the softmax (sigmoid for Bernoulli) of the logits.
+
+    Forward: the exact sample :math:`D`. Backward:
+    :math:`\partial L/\partial \ell = \tfrac1\tau J(\operatorname{softmax}(\ell/\tau))^\top \bar y`;
+    for a Bernoulli unit :math:`\sigma'(\ell/\tau)\,\bar y / \tau` (the sigmoid-adjusted
+    straight-through). Biased: on the Bernoulli toy :math:`E[(b - t)^2]` its mean is
+    :math:`2(p - t)p(1-p)` instead of :math:`p(1-p)(1 - 2t)`. Bengio et al. (2013),
+    https://arxiv.org/abs/1308.3432.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.tensor([0.0, 1.0, -1.0], requires_grad=True)
+        >>> y = hg.categorical(logits, estimator=hg.estimators.ST(tau=2.0),
+        ...                    generator=torch.Generator().manual_seed(0))
+        >>> y
+        tensor([0., 1., 0.], grad_fn=<_StraightThroughSampleBackward>)
+    """
+
+    tau: float = 1.0
+    name: ClassVar[str] = "st"
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+
+    def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
+        return _StraightThroughSample.apply(logits, noise, dim, self.tau)
+
+
+@ESTIMATORS.register("st_identity")
+@dataclass(frozen=True)
+class STIdentity(Estimator):
+    r"""Straight-through that copies the gradient onto the logits unchanged.
+
+    Forward: the exact sample :math:`D`. Backward:
+    :math:`\partial L / \partial \ell = \bar y`. Biased. Bengio et al. (2013),
+    https://arxiv.org/abs/1308.3432 (the plain, "identity" straight-through).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(4, requires_grad=True)
+        >>> y = hg.bernoulli(logits, estimator="st_identity", generator=torch.Generator().manual_seed(1))
+        >>> (y * torch.arange(4.0)).sum().backward(); logits.grad
+        tensor([0., 1., 2., 3.])
+    """
+
+    name: ClassVar[str] = "st_identity"
+
+    def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
+        return _IdentitySample.apply(logits, noise, dim)
+
+
+@ESTIMATORS.register("gumbel_softmax")
+@dataclass(frozen=True)
+class GumbelSoftmax(Estimator):
+    r"""The Gumbel-softmax (Concrete) relaxation: a soft sample, not a discrete one.
+
+    Forward: :math:`y = \operatorname{softmax}((\ell + g)/\tau)`, values in (0, 1) summing
+    to 1 (for Bernoulli units :math:`\sigma((\ell + L)/\tau)` with logistic :math:`L`).
+    Backward: its exact (pathwise) gradient. Biased for the discrete objective, unbiased for
+    the relaxed one; :math:`\tau \to 0` approaches the discrete sample with growing
+    variance. Jang et al. (2017), https://arxiv.org/abs/1611.01144; Maddison et al. (2017),
+    https://arxiv.org/abs/1611.00712.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> y = hg.categorical(torch.zeros(3), estimator=hg.estimators.GumbelSoftmax(tau=0.5),
+        ...                    generator=torch.Generator().manual_seed(0))
+        >>> y.sum()
+        tensor(1.)
+    """
+
+    tau: float = 1.0
+    name: ClassVar[str] = "gumbel_softmax"
+    discrete: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+
+    def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
+        relaxed = torch.softmax(finite((opmath(logits) + noise) / self.tau), dim)
+        return relaxed.to(logits.dtype)
+
+
+@ESTIMATORS.register("st_gumbel")
+@dataclass(frozen=True)
+class STGumbel(Estimator):
+    r"""Straight-through Gumbel-softmax: the exact sample forward, the relaxation backward.
+
+    Forward: :math:`D = \operatorname{onehot}(\arg\max(\ell + g))`. Backward:
+    :math:`\tfrac1\tau J(\operatorname{softmax}((\ell + g)/\tau))^\top \bar y`, with the same
+    :math:`g`: the backward of ``F.gumbel_softmax(hard=True)``, whose forward this matches
+    except that it is exactly one-hot. Biased. Jang et al. (2017),
+    https://arxiv.org/abs/1611.01144.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.categorical(torch.tensor([[2.0, 0.0, 0.0]]), estimator="st_gumbel",
+        ...                generator=torch.Generator().manual_seed(0))
+        tensor([[1., 0., 0.]])
+    """
+
+    tau: float = 1.0
+    name: ClassVar[str] = "st_gumbel"
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+
+    def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
+        return _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
+
+
+@ESTIMATORS.register("gumbel_rao")
+@dataclass(frozen=True)
+class GumbelRao(Estimator):
+    r"""Gumbel-Rao: ST-Gumbel Rao-Blackwellised over the Gumbels that give the same sample.
+
+    Forward: the exact sample :math:`D`. Backward: the average over :math:`k` draws of
+    :math:`z^{(j)} \sim (\ell + g \mid \arg\max(\ell + g) = D)` of
+    :math:`\tfrac1\tau J(\operatorname{softmax}(z^{(j)}/\tau))^\top \bar y`, a Monte-Carlo
+    estimate of :math:`E[\text{ST-Gumbel} \mid D]`. The conditional draws are treated as
+    noise (not differentiated), which is what keeps ST-Gumbel's mean exactly while
+    lowering its variance. Biased (as ST-Gumbel is). Paulus, Maddison & Krause (2021),
+    https://arxiv.org/abs/2010.04838.
+
+    Args:
+        tau: temperature of the relaxation, > 0.
+        k: conditional draws per sample, >= 1.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.estimators.GumbelRao(tau=0.5, k=10)
+        GumbelRao(tau=0.5, k=10)
+    """
+
+    tau: float = 1.0
+    k: int = 10
+    name: ClassVar[str] = "gumbel_rao"
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+        check_int(self.k, "k", low=1)
+
+    def noise(self, logits: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        gumbel = super().noise(logits, generator)
+        exponentials = uniform(logits, generator, (self.k, *logits.shape)).log_().neg_()
+        return gumbel, exponentials
+
+    def categorical(self, logits: Tensor, noise: tuple[Tensor, Tensor], dim: int) -> Tensor:
+        gumbel, exponentials = noise
+        return _GumbelRaoSample.apply(logits, gumbel, exponentials, dim, self.tau)
+
+
+@ESTIMATORS.register("reinmax")
+@dataclass(frozen=True)
+class ReinMax(Estimator):
+    r"""ReinMax: a second-order (Heun's method) straight-through estimator.
+
+    Forward: the exact sample :math:`D`. Backward, with :math:`\pi_0 = \operatorname{softmax}(\ell)`
+    and :math:`\pi_1 = \tfrac12(\operatorname{softmax}(\ell/\tau) + D)`:
+
+    .. math::
+
+        \frac{\partial L}{\partial \ell} = 2\,J(\pi_1)^\top \bar y - \tfrac12\,J(\pi_0)^\top \bar y.
+
+    Biased in general, with second-order accuracy; the authors recommend
+    :math:`\tau \ge 1`. Liu et al. (2023), https://arxiv.org/abs/2304.08612.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.estimators.ReinMax(tau=1.5)
+        ReinMax(tau=1.5)
+    """
+
+    tau: float = 1.0
+    name: ClassVar[str] = "reinmax"
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+
+    def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
+        return _ReinMaxSample.apply(logits, noise, dim, self.tau)
