@@ -12,7 +12,10 @@ import pytest
 from hardgrad.bench import BenchSettings, run_tasks
 from hardgrad.bench.report import PlainProgress
 from hardgrad.bench.speed import SpeedConfig, alternatives_for
+from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
+
+PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 
 TINY = SpeedConfig(
     numel=4096,
@@ -23,6 +26,7 @@ TINY = SpeedConfig(
     compile=False,
     small_numel=64,
     plot=False,
+    samplers=(),  # test_speed_samplers_every_pathwise_estimator covers them
 )
 
 
@@ -78,6 +82,53 @@ def test_speed_eager_writes_results_and_report(
     assert "| one_hot_argmax (4, 16) " in report
 
 
+def test_speed_samplers_every_pathwise_estimator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = SpeedConfig(
+        matrix=(32, 16), ops=(), rounds=2, min_run_time=0.002, compile=False, plot=False
+    )
+    document = _run(tmp_path, config, capsys)
+    results = document["tasks"]["speed"]["results"]
+    assert results["ops"] == {}
+    samplers = results["samplers"]
+    assert list(samplers) == ["categorical", "bernoulli"]
+    categorical, bernoulli = samplers["categorical"], samplers["bernoulli"]
+    assert categorical["shape"] == [32, 16] and bernoulli["shape"] == [512]
+    assert list(categorical["eager"]["rows"]) == PATHWISE and bernoulli["estimators"] == ["st"]
+    for entry in samplers.values():
+        assert entry["compiled"] is None
+        eager = entry["eager"]
+        assert _positive(eager["floor_ms"])
+        for name, row in eager["rows"].items():
+            for key in ("hardgrad_ms", "best_alternative_ms", "ratio", "x_floor"):
+                assert _positive(row[key]), (name, key, row[key])
+            assert row["best_alternative"] in entry["candidates"]
+            assert row["compared_with"] in ("same semantics", "common reference")
+            assert len(row["round_ratios"]) == config.rounds
+        for cand in entry["candidates"].values():
+            assert _positive(cand["eager_ms"]) and len(cand["eager_rounds_ms"]) == config.rounds
+            assert cand["bytes_per_element"] >= 0
+    rows = categorical["eager"]["rows"]
+    # Each estimator against the torch sampler with its semantics, the rest labelled.
+    expected = {
+        "st_gumbel": ("gumbel_softmax_hard", "same semantics"),
+        "gumbel_softmax": ("gumbel_softmax_soft", "same semantics"),
+        "st": ("one_hot_st", "same semantics"),
+    }
+    for name in PATHWISE:
+        best = rows[name]["best_alternative"], rows[name]["compared_with"]
+        assert best == expected.get(name, ("gumbel_softmax_hard", "common reference")), name
+    assert bernoulli["eager"]["rows"]["st"]["best_alternative"] == "bernoulli_st"
+    # The plain straight-through saves nothing for backward; hardgrad's samples are exact.
+    assert categorical["candidates"]["hg.st_identity"]["bytes_per_element"] == 0
+    assert categorical["candidates"]["hg.st_gumbel"]["forward_mismatches"] == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "### Samplers, eager" in report and "| categorical st_gumbel " in report
+    assert "| bernoulli st " in report and "common reference" in report
+    assert "### Eager: hardgrad" not in report  # no ops were run
+
+
 @pytest.mark.compile
 @pytest.mark.slow
 def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,6 +141,7 @@ def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str
         candidates=("detach",),
         small_numel=None,
         plot=False,
+        samplers=(),  # compiling a sampler takes ~10 s more
     )
     document = _run(tmp_path, config, capsys)
     entry = document["tasks"]["speed"]["results"]["ops"]["round"]
@@ -99,6 +151,15 @@ def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert _positive(cand["compiled_ms"]) and cand["fullgraph"] is True
         assert cand["bytes_per_element_compiled"] == 0
     assert "torch.compile" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [SpeedConfig(samplers=("categorical/nope",)), SpeedConfig(samplers=("poisson/st",))],
+)
+def test_unknown_sampler_is_a_value_error(config: SpeedConfig) -> None:
+    with pytest.raises(ValueError, match=r"Unknown sampler.*available: 'categorical/st'"):
+        run_tasks(["speed"], BenchSettings(threads=1), configs={"speed": config})
 
 
 def test_unknown_op_is_a_value_error() -> None:

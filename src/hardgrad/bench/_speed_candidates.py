@@ -18,6 +18,10 @@ from torch import Tensor
 from ..ops import OpSpec, soft_topk_mask
 
 
+class SpeedCheckError(AssertionError):
+    """An alternative does not compute what hardgrad computes: the timing would be unfair."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One implementation of an op's forward and backward.

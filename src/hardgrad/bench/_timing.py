@@ -83,6 +83,16 @@ def saved_bytes_per_element(fn: Callable[[Tensor], Tensor], x: Tensor) -> float:
     Counts each distinct storage once, by its full size: a saved view of the input keeps
     the whole input alive, so it counts as the input's bytes.
     """
+    y, saved = call_counting_saved(fn, x)
+    del y
+    return saved
+
+
+def call_counting_saved(fn: Callable[[Tensor], Tensor], x: Tensor) -> tuple[Tensor, float]:
+    """``fn(x)`` and the bytes autograd saved for its backward per element of ``x``.
+
+    Counted as :func:`saved_bytes_per_element` counts them.
+    """
     storages: dict[tuple[int, int], int] = {}
 
     def pack(t: Tensor) -> Tensor:
@@ -95,5 +105,57 @@ def saved_bytes_per_element(fn: Callable[[Tensor], Tensor], x: Tensor) -> float:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         y = fn(x)
-    del y
-    return sum(storages.values()) / max(x.numel(), 1)
+    return y, sum(storages.values()) / max(x.numel(), 1)
+
+
+def grad_step(fn: Callable[[Tensor], Tensor], x: Tensor, g: Tensor) -> Callable[[], None]:
+    """The timed statement: ``y = fn(x); torch.autograd.grad(y, x, g)``."""
+
+    def step() -> None:
+        y = fn(x)
+        torch.autograd.grad(y, x, g)
+
+    return step
+
+
+def copy_floors(x: Tensor) -> dict[str, Callable[[], None]]:
+    """The floor of an op on ``x``: the two tensors of ``x``'s size it must write (forward
+    output and input gradient), as plain copies into preallocated (``"floor"``) or freshly
+    allocated (``"floor_alloc"``) tensors."""
+    source = x.detach()
+    out, grad_in = torch.empty_like(source), torch.empty_like(source)
+
+    def floor() -> None:
+        out.copy_(source)
+        grad_in.copy_(source)
+
+    def floor_alloc() -> None:
+        torch.empty_like(source).copy_(source)
+        torch.empty_like(source).copy_(source)
+
+    return {"floor": floor, "floor_alloc": floor_alloc}
+
+
+def compile_warm(
+    fn: Callable[[Tensor], Tensor], x: Tensor, g: Tensor
+) -> tuple[Callable[[Tensor], Tensor], bool]:
+    """``torch.compile(fn, fullgraph=True)``, or with graph breaks if that fails; warmed up.
+
+    Returns the compiled function and whether it compiled as one graph.
+    """
+    for fullgraph in (True, False):
+        compiled = torch.compile(fn, fullgraph=fullgraph, dynamic=False)
+        try:
+            y = compiled(x)
+            torch.autograd.grad(y, x, g)
+        except Exception:
+            if not fullgraph:
+                raise
+            continue
+        return compiled, fullgraph
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds."""
+    return seconds * 1e3

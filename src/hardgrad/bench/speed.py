@@ -30,6 +30,14 @@ must write (forward output and input gradient), as ``dst.copy_(x)`` twice into
 preallocated tensors. Bytes saved for backward are counted with
 ``torch.autograd.graph.saved_tensors_hooks``. All of it runs eagerly and again with every
 candidate under ``torch.compile`` (compilation time excluded from the timings).
+
+The **samplers** (``hg.categorical`` with every pathwise estimator of
+:data:`hardgrad.estimators.ESTIMATORS`, ``hg.bernoulli`` with ``"st"``) are timed the same
+way, in their own interleaved rounds, against ``F.gumbel_softmax`` (``hard=True`` and
+``False``), ``OneHotCategoricalStraightThrough(...).rsample()`` and the hand-written
+Bernoulli straight-through, each row as a ratio to the alternative with the same semantics
+(or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference): see
+:mod:`hardgrad.bench._speed_samplers`.
 """
 
 from __future__ import annotations
@@ -47,10 +55,26 @@ import torch
 from torch import Tensor
 
 from ..ops import OPS, OpSpec
-from ._speed_candidates import ALTERNATIVES, Candidate, alternatives_for, surrogate_label
-from ._speed_report import notes, plot, tables
+from ._speed_candidates import (
+    ALTERNATIVES,
+    Candidate,
+    SpeedCheckError,
+    alternatives_for,
+    surrogate_label,
+)
+from ._speed_report import notes, plot, sampler_tables, tables
+from ._speed_samplers import progress_steps, resolve_rows, run_samplers
 from ._task import BenchSettings, Progress, TaskResult, available_threads, task
-from ._timing import median, page_faults_per_call, saved_bytes_per_element, time_interleaved
+from ._timing import (
+    compile_warm,
+    copy_floors,
+    grad_step,
+    median,
+    ms,
+    page_faults_per_call,
+    saved_bytes_per_element,
+    time_interleaved,
+)
 
 __all__ = ["ALTERNATIVES", "Candidate", "SpeedConfig", "alternatives_for", "default_config", "run"]
 
@@ -74,6 +98,12 @@ class SpeedConfig:
             ops: ``(small_numel // C, C)``), where the fixed per-call cost (Python,
             autograd bookkeeping) dominates; ``None`` skips it.
         plot: write ``speed_ratio.png`` next to the report (needs matplotlib).
+        samplers: sampler rows, ``"categorical/<estimator>"`` (``hg.categorical`` on
+            ``matrix`` logits) or ``"bernoulli/<estimator>"`` (``hg.bernoulli`` on
+            ``N * C`` log-odds) for pathwise estimators; ``None``: ``categorical`` with every
+            pathwise estimator of ``ESTIMATORS`` and ``bernoulli/st``; ``()``: no samplers.
+        compile_samplers: the sampler rows timed under compile (``None``: all of
+            ``samplers``), with the alternatives they are compared with.
     """
 
     numel: int = 2**22
@@ -86,10 +116,14 @@ class SpeedConfig:
     candidates: tuple[str, ...] | None = None
     small_numel: int | None = 4096
     plot: bool = True
+    samplers: tuple[str, ...] | None = None
+    compile_samplers: tuple[str, ...] | None = None
 
 
 #: Ops compiled in the ``--quick`` setting (compiling all of them takes minutes on 2 cores).
 QUICK_COMPILE_OPS = ("round", "sign", "clamp", "quantize")
+#: Sampler rows compiled in the ``--quick`` setting.
+QUICK_COMPILE_SAMPLERS = ("categorical/st_gumbel",)
 
 
 def default_config(quick: bool) -> SpeedConfig:
@@ -101,15 +135,12 @@ def default_config(quick: bool) -> SpeedConfig:
             rounds=7,
             min_run_time=0.02,
             compile_ops=QUICK_COMPILE_OPS,
+            compile_samplers=QUICK_COMPILE_SAMPLERS,
         )
     return SpeedConfig()
 
 
 # --------------------------------------------------------------------------- checks
-
-
-class SpeedCheckError(AssertionError):
-    """An alternative does not compute what hardgrad computes: the timing would be unfair."""
 
 
 @dataclass
@@ -169,33 +200,6 @@ def _inputs(spec: OpSpec, shape: tuple[int, ...], settings: BenchSettings) -> tu
     return x.requires_grad_(), g
 
 
-def _step(fn: Callable[[Tensor], Tensor], x: Tensor, g: Tensor) -> Callable[[], None]:
-    def step() -> None:
-        y = fn(x)
-        torch.autograd.grad(y, x, g)
-
-    return step
-
-
-def _floors(x: Tensor) -> dict[str, Callable[[], None]]:
-    source = x.detach()
-    out, grad_in = torch.empty_like(source), torch.empty_like(source)
-
-    def floor() -> None:
-        out.copy_(source)
-        grad_in.copy_(source)
-
-    def floor_alloc() -> None:
-        torch.empty_like(source).copy_(source)
-        torch.empty_like(source).copy_(source)
-
-    return {"floor": floor, "floor_alloc": floor_alloc}
-
-
-def _ms(seconds: float) -> float:
-    return seconds * 1e3
-
-
 def _run_mode(
     mode: str,
     spec: OpSpec,
@@ -225,7 +229,7 @@ def _run_mode(
         if mode == "compiled":
             t0 = time.perf_counter()
             try:
-                fn, fullgraph = _compile(cand.fn, x, g)
+                fn, fullgraph = compile_warm(cand.fn, x, g)
             except Exception as error:  # a candidate that does not compile is reported
                 entry["compile_error"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 progress.log(
@@ -250,9 +254,9 @@ def _run_mode(
         entry[f"max_forward_error{suffix}"] = check.max_error
         if mode != "small":
             entry[f"bytes_per_element{suffix}"] = saved_bytes_per_element(fn, x)
-        steps[cand.key] = _step(fn, x, g)
+        steps[cand.key] = grad_step(fn, x, g)
     del expected
-    steps.update(_floors(x))
+    steps.update(copy_floors(x))
     for step in steps.values():  # warm-up: allocator, caches, lazy init
         step()
         step()
@@ -265,15 +269,15 @@ def _run_mode(
         threads=settings.threads,
         rng=rng,
     )
-    medians = {key: _ms(median(ts)) for key, ts in times.items()}
+    medians = {key: ms(median(ts)) for key, ts in times.items()}
     for cand in candidates:
         if cand.key in times:
             record[cand.key][f"{mode}_ms"] = medians[cand.key]
-            record[cand.key][f"{mode}_rounds_ms"] = [_ms(t) for t in times[cand.key]]
+            record[cand.key][f"{mode}_rounds_ms"] = [ms(t) for t in times[cand.key]]
     summary = _summarise(candidates, medians, times)
     summary["floor_ms"] = medians["floor"]
     summary["floor_alloc_ms"] = medians["floor_alloc"]
-    summary["floor_rounds_ms"] = [_ms(t) for t in times["floor"]]
+    summary["floor_rounds_ms"] = [ms(t) for t in times["floor"]]
     summary["x_floor"] = summary["hardgrad_ms"] / medians["floor"]
     summary.update(_quiet(summary, times))
     if faults:
@@ -329,23 +333,6 @@ def _summarise(
             rounds_faster=sum(r <= 1.0 for r in paired),
         )
     return summary
-
-
-def _compile(
-    fn: Callable[[Tensor], Tensor], x: Tensor, g: Tensor
-) -> tuple[Callable[[Tensor], Tensor], bool]:
-    """``torch.compile(fn, fullgraph=True)``, or with graph breaks if that fails; warmed up."""
-    for fullgraph in (True, False):
-        compiled = torch.compile(fn, fullgraph=fullgraph, dynamic=False)
-        try:
-            y = compiled(x)
-            torch.autograd.grad(y, x, g)
-        except Exception:
-            if not fullgraph:
-                raise
-            continue
-        return compiled, fullgraph
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _load_average() -> float | None:
@@ -427,15 +414,24 @@ def _run_op(
 
 @task(
     "speed",
-    "forward+backward time and bytes saved for backward per op, vs hand-written alternatives",
+    "forward+backward time and bytes saved for backward per op and sampler, vs hand-written "
+    "alternatives",
     default_config,
 )
 def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress) -> TaskResult:
     """Run the speed benchmark; see the module docstring."""
     config = config if config is not None else default_config(settings.quick)
     names, compiled_names = _resolve_ops(config)
+    sampler_rows, compiled_samplers = resolve_rows(
+        config.samplers, config.compile_samplers, config.compile
+    )
     rng = random.Random(settings.seed)
-    progress.start("speed", len(names) * (2 if config.small_numel else 1) + len(compiled_names))
+    progress.start(
+        "speed",
+        len(names) * (2 if config.small_numel else 1)
+        + len(compiled_names)
+        + progress_steps(sampler_rows, compiled_samplers),
+    )
     t_start = time.perf_counter()
     load_before = _load_average()
     ops: dict[str, Any] = {}
@@ -444,12 +440,23 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             ops[name] = _run_op(
                 OPS.get(name), name in compiled_names, config, settings, rng, progress
             )
+        samplers = run_samplers(
+            sampler_rows,
+            compiled_samplers,
+            config.matrix,
+            config.rounds,
+            config.min_run_time,
+            settings,
+            rng,
+            progress,
+        )
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
     data = {
         "ops": ops,
         "compiled_ops": compiled_names,
+        "samplers": samplers,
         "threads": torch.get_num_threads(),
         "load_average_before": load_before,
         "load_average_after": _load_average(),
@@ -462,8 +469,10 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         data=data,
         wall_s=wall,
     )
-    result.tables = tables(ops, names, compiled_names)
-    result.notes = notes(ops, names, compiled_names, config, settings)
+    if names:
+        result.tables = tables(ops, names, compiled_names)
+        result.notes = notes(ops, names, compiled_names, config, settings)
+    result.tables += sampler_tables(samplers, config)
     if data["load_average_before"] is not None:
         result.notes.append(
             "1-minute load average of the machine: "
@@ -471,7 +480,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             f"the run (on {available_threads()} cores); other processes share the cores, so "
             "absolute times vary between runs more than the ratios of one run do."
         )
-    if settings.out is not None and config.plot:
+    if settings.out is not None and config.plot and names:
         figure = plot(ops, names, settings.out)
         if figure is not None:
             result.figures.append(figure)

@@ -141,7 +141,7 @@ class _GumbelRaoSample(torch.autograd.Function):
         logits, exponentials, sample = ctx.saved_tensors
         dim, tau = ctx.dim, ctx.tau
         z = _conditional_gumbel_logits(logits, sample, exponentials, dim)
-        p = torch.softmax(z / tau, dim + 1)
+        p = torch.softmax(finite(z / tau), dim + 1)  # z / tau overflows for tiny tau
         g = opmath(grad).unsqueeze(0).expand_as(p)
         mean = _softmax_jacobian_product(g, p, dim + 1).mean(0) / tau
         return mean.to(logits.dtype), None, None, None, None
@@ -169,7 +169,7 @@ class _ReinMaxSample(torch.autograd.Function):
         ell = finite(opmath(logits))
         g = opmath(grad)
         pi0 = torch.softmax(ell, dim)
-        pi1 = 0.5 * (torch.softmax(ell / tau, dim) + sample.to(ell.dtype))
+        pi1 = 0.5 * (torch.softmax(finite(ell / tau), dim) + sample.to(ell.dtype))
         result = 2 * _softmax_jacobian_product(g, pi1, dim) - 0.5 * _softmax_jacobian_product(
             g, pi0, dim
         )
@@ -328,6 +328,8 @@ class GumbelRao(Estimator):
 
     def categorical(self, logits: Tensor, noise: tuple[Tensor, Tensor], dim: int) -> Tensor:
         gumbel, exponentials = noise
+        if dim < 0:  # the backward works on (k, *logits.shape): it needs dim from the front
+            dim += logits.dim()
         return _GumbelRaoSample.apply(logits, gumbel, exponentials, dim, self.tau)
 
 
