@@ -854,3 +854,20 @@ def test_compile_fullgraph_matches_eager_and_stays_finite(fresh_dynamo, assert_s
         torch.testing.assert_close(
             xc.grad[i], xe.grad[i], rtol=1e-4, atol=1e-5 * scale, msg=lambda m, e=est: f"{e}: {m}"
         )
+
+
+@pytest.mark.parametrize(("name", "limit"), [("st_identity", 0), ("st", 4), ("st_gumbel", 4)])
+def test_bytes_saved_for_backward_per_element(name, limit):
+    """float32 logits: st_identity saves nothing, st the logits, st_gumbel only the perturbed
+    logits (not logits and noise separately)."""
+    logits = torch.randn(64, 16, requires_grad=True)
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        hg.categorical(logits, estimator=name, generator=torch.Generator().manual_seed(0))
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
+    assert sum(storages.values()) / logits.numel() <= limit

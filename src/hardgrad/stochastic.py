@@ -52,7 +52,8 @@ def categorical(
         estimator: a pathwise estimator, by name or instance (e.g.
             ``hg.estimators.GumbelRao(tau=0.5, k=10)``).
         generator: the source of randomness; the same seed gives the same sample and
-            gradient.
+            gradient. Under ``torch.compile(fullgraph=True)`` pass ``None`` (torch 2.13's
+            dynamo cannot trace a ``torch.Generator`` argument; the global RNG is used).
 
     Example:
         >>> import torch, hardgrad as hg

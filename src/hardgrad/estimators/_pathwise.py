@@ -83,19 +83,21 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
-        return _gumbel_max(logits, gumbel, dim)
+    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> tuple[Tensor, Tensor]:
+        perturbed = logits.to(gumbel.dtype) + gumbel
+        return one_hot(logits, dim, perturbed.argmax(dim, keepdim=True)), perturbed
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        logits, gumbel, ctx.dim, ctx.tau = inputs
-        ctx.save_for_backward(logits, gumbel)
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _, _, ctx.dim, ctx.tau = inputs
+        perturbed = output[1]
+        ctx.mark_non_differentiable(perturbed)
+        ctx.save_for_backward(perturbed)  # the one tensor backward needs: 4 bytes/element
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        logits, gumbel = ctx.saved_tensors
-        perturbed = opmath(logits) + gumbel
-        return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau).to(logits.dtype), None, None, None
+    def backward(ctx: Any, grad: Tensor, _grad_perturbed: Any) -> tuple[Tensor, None, None, None]:
+        (perturbed,) = ctx.saved_tensors
+        return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None
 
 
 def _conditional_gumbel_logits(
@@ -287,7 +289,8 @@ class STGumbel(Estimator):
         _check_tau(self.tau)
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        return _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
+        sample, _ = _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
+        return sample
 
 
 @ESTIMATORS.register("gumbel_rao")
