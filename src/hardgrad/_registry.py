@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -18,6 +18,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._defaults: dict[str, Any] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that files its argument under ``name``."""
@@ -44,6 +45,14 @@ class Registry(Generic[T]):
             raise ValueError(
                 f"Unknown {self.kind} {name!r} for {label}; available: {known}"
             ) from None
+
+    def default(self, name: str, argument: str | None = None) -> Any:
+        """The instance a name stands for: the registered class called with no arguments,
+        made once and cached (entries are immutable, so one instance serves every call)."""
+        if name not in self._defaults:
+            factory: Any = self.get(name, argument)
+            self._defaults[name] = factory()
+        return self._defaults[name]
 
     def items(self) -> Iterator[tuple[str, T]]:
         return iter(self._entries.items())

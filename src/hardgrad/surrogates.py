@@ -471,9 +471,6 @@ class Swish(Surrogate):
         return (2 * self.beta) * bell * (2 - u * torch.tanh(0.5 * u))
 
 
-_DEFAULTS: dict[str, Surrogate] = {}
-
-
 def get(name: str) -> Surrogate:
     """The default instance of the surrogate registered as ``name``.
 
@@ -482,9 +479,8 @@ def get(name: str) -> Surrogate:
         >>> hg.surrogates.get("sigmoid")
         Sigmoid(slope=1.0)
     """
-    if name not in _DEFAULTS:
-        _DEFAULTS[name] = _SURROGATES.get(name, "surrogate")()
-    return _DEFAULTS[name]
+    instance: Surrogate = _SURROGATES.default(name, "surrogate")
+    return instance
 
 
 def resolve(surrogate: str | Surrogate, *, family: str, op: str) -> Surrogate:

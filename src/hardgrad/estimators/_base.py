@@ -72,9 +72,6 @@ def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
     return uniform(like, generator).log_().neg_().log_().neg_()
 
 
-_DEFAULTS: dict[str, Estimator] = {}
-
-
 def get(name: str) -> Estimator:
     """The default instance of the estimator registered as ``name``.
 
@@ -83,9 +80,8 @@ def get(name: str) -> Estimator:
         >>> hg.estimators.get("st_gumbel")
         STGumbel(tau=1.0)
     """
-    if name not in _DEFAULTS:
-        _DEFAULTS[name] = ESTIMATORS.get(name, "estimator")()
-    return _DEFAULTS[name]
+    instance: Estimator = ESTIMATORS.default(name, "estimator")
+    return instance
 
 
 def resolve(estimator: str | Estimator, *, pathwise: bool = False, where: str = "") -> Estimator:

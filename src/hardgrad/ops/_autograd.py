@@ -15,6 +15,7 @@ Function serves every op, under ``torch.compile`` and ``torch.func`` alike.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -74,32 +75,17 @@ class IdentityGradient(torch.autograd.Function):
         return grad, None
 
 
+def _with_mask(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:
+    return hard(x), mask(x)
+
+
 @cached_signature
 class MaskedGradient(torch.autograd.Function):
-    """Forward ``(hard(x), mask(x))``; backward ``where(mask, grad, 0)``."""
+    """Forward ``(y, mask) = hard_and_mask(x)``; backward keeps ``grad`` where ``mask`` is set.
 
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:
-        return hard(x), mask(x)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        keep = output[1]
-        ctx.mark_non_differentiable(keep)
-        ctx.save_for_backward(keep)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None, None]:
-        (keep,) = ctx.saved_tensors
-        return masked(grad, keep), None, None
-
-
-@cached_signature
-class MaskedPairGradient(torch.autograd.Function):
-    """Forward ``(y, mask) = hard_and_mask(x)``, for ops whose mask falls out of computing
-    ``y`` (clamp, quantize); backward as :class:`MaskedGradient`."""
+    ``hard_and_mask`` computes both in one go, so that ops whose mask falls out of
+    computing ``y`` (clamp: ``y == x``; quantize: the level before clamping) pay no extra pass.
+    """
 
     generate_vmap_rule = True
 
@@ -152,6 +138,8 @@ def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
     if surrogate.kind == "identity":
         return IdentityGradient.apply(x, hard)
     if surrogate.kind == "indicator":
-        y, _ = MaskedGradient.apply(x, hard, surrogate.support)
+        y, _ = MaskedGradient.apply(
+            x, functools.partial(_with_mask, hard=hard, mask=surrogate.support)
+        )
         return y
     return SurrogateGradient.apply(x, hard, surrogate)

@@ -18,7 +18,7 @@ from .. import surrogates as _surrogates
 from .._validation import check_broadcastable_to, check_floating, check_real
 from ._autograd import (
     HardFn,
-    MaskedPairGradient,
+    MaskedGradient,
     apply_surrogate,
     cached_signature,
     float_compare,
@@ -334,5 +334,5 @@ def clamp(
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
     if chosen.kind != "indicator":
         return apply_surrogate(x, functools.partial(torch.clamp, min=lo, max=hi), chosen)
-    y, _ = MaskedPairGradient.apply(x, functools.partial(_clamp_with_mask, min=lo, max=hi))
+    y, _ = MaskedGradient.apply(x, functools.partial(_clamp_with_mask, min=lo, max=hi))
     return y

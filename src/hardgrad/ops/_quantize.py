@@ -18,7 +18,7 @@ from .._validation import (
     check_real,
     value_checks_apply,
 )
-from ._autograd import IdentityGradient, MaskedPairGradient, cached_signature, masked
+from ._autograd import IdentityGradient, MaskedGradient, cached_signature, masked
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -270,7 +270,7 @@ def quantize(
             quant_min=quant_min,
             quant_max=quant_max,
         )
-        y, _ = MaskedPairGradient.apply(x, hard_and_mask)
+        y, _ = MaskedGradient.apply(x, hard_and_mask)
         return y
     scale_t = _qparam(scale, "scale", x, dtype)
     if isinstance(scale, Tensor) and value_checks_apply(scale):
