@@ -24,7 +24,7 @@ from .ops import (
     topk_mask,
     trunc,
 )
-from .stochastic import bernoulli, categorical
+from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
 
 __all__ = [
     "__version__",
@@ -37,6 +37,7 @@ __all__ = [
     "floor",
     "heaviside",
     "nn",
+    "noisy_rectifier",
     "one_hot_argmax",
     "ops",
     "quantize",
@@ -44,6 +45,7 @@ __all__ = [
     "set_validation",
     "sign",
     "stochastic",
+    "stochastic_times_smooth",
     "straight_through",
     "surrogates",
     "topk_mask",
