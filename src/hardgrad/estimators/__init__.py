@@ -6,14 +6,15 @@ estimate) are used by :func:`hardgrad.bernoulli` and :func:`hardgrad.categorical
 
 >>> import hardgrad as hg
 >>> hg.estimators.ESTIMATORS.names()
-('st', 'st_identity', 'gumbel_softmax', 'st_gumbel', 'gumbel_rao', 'reinmax')
+('st', 'st_identity', 'gumbel_softmax', 'st_gumbel', 'gumbel_rao', 'reinmax', 'gst')
 """
 
 from ._base import ESTIMATORS, Estimator, get, gumbel_noise, resolve
-from ._pathwise import ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
+from ._pathwise import GST, ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
 
 __all__ = [
     "ESTIMATORS",
+    "GST",
     "ST",
     "Estimator",
     "GumbelRao",
