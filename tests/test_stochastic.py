@@ -145,9 +145,10 @@ def test_bernoulli_is_the_two_class_categorical_by_default():
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("shape", [(4, 5), (3,), ()], ids=str)
-def test_bernoulli_equals_categorical_on_zero_and_logits(name, shape, dtype):
+def test_bernoulli_equals_categorical_on_zero_and_logits(name, shape, dtype, tol):
     """hg.bernoulli(l) is hg.categorical(stack([0, l], -1))[..., 1] with the same noise:
-    the same values and the same gradients, for every estimator."""
+    the same values (discrete samples bit for bit) and, up to rounding, the same gradients,
+    for every estimator (some compute the binary case directly, in sigmoids)."""
     logits = (torch.randn(shape, generator=gen(4), dtype=torch.float64) * 2).to(dtype)
     gbar = torch.randn(shape, generator=gen(5), dtype=torch.float64).to(dtype)
     xb, xc = logits.clone().requires_grad_(), logits.clone().requires_grad_()
@@ -155,10 +156,13 @@ def test_bernoulli_equals_categorical_on_zero_and_logits(name, shape, dtype):
     c = hg.categorical(
         torch.stack((torch.zeros_like(xc), xc), -1), estimator=name, generator=gen(6)
     )
-    assert torch.equal(b, c[..., 1])
+    if hg.estimators.get(name).discrete:
+        assert torch.equal(b, c[..., 1])
+    else:
+        torch.testing.assert_close(b, c[..., 1], **tol)
     (gb,) = torch.autograd.grad(b, xb, gbar)
     (gc,) = torch.autograd.grad(c[..., 1], xc, gbar)
-    assert torch.equal(gb, gc)
+    torch.testing.assert_close(gb, gc, **tol)
 
 
 @pytest.mark.parametrize("name", NAMES)

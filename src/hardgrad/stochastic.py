@@ -104,9 +104,8 @@ def bernoulli(
     check_floating(logits, "logits")
     _check_generator(generator)
     chosen = _estimators.resolve(estimator, pathwise=True, where="hg.bernoulli")
-    two_class = torch.stack((torch.zeros_like(logits), logits), dim=-1)
-    sample = chosen.categorical(two_class, chosen.noise(two_class, generator), two_class.dim() - 1)
-    return sample[..., 1]
+    two_class_like = logits.unsqueeze(-1).expand(*logits.shape, 2)  # a view: shape for the noise
+    return chosen.bernoulli(logits, chosen.noise(two_class_like, generator))
 
 
 def stochastic_times_smooth(logits: Tensor, *, generator: torch.Generator | None = None) -> Tensor:

@@ -42,6 +42,17 @@ class Estimator(abc.ABC):
         """
         return gumbel_noise(logits, generator)
 
+    def bernoulli(self, logits: Tensor, noise: Any) -> Tensor:
+        """The {0, 1} sample for log-odds ``logits``, given the noise the two-class logits
+        ``[0, logits]`` (last dimension) would get.
+
+        By definition the categorical estimator on ``[0, logits]``, class 1; this default
+        computes exactly that. Estimators may override it with a direct binary form that
+        gives the same sample and, up to rounding, the same gradient.
+        """
+        two_class = torch.stack((torch.zeros_like(logits), logits), dim=-1)
+        return self.categorical(two_class, noise, two_class.dim() - 1)[..., 1]
+
     @abc.abstractmethod
     def categorical(self, logits: Tensor, noise: Any, dim: int) -> Tensor:
         """The one-hot sample (or relaxation) for ``logits`` and ``noise`` along ``dim``.

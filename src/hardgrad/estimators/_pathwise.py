@@ -36,6 +36,63 @@ def _check_tau(tau: Any) -> float:
     return check_positive(tau, "tau")
 
 
+def _binary_sample(logits: Tensor, gumbel: Tensor) -> tuple[Tensor, Tensor]:
+    """Class 1 of the Gumbel-max sample of ``[0, logits]`` and the perturbed log-odds.
+
+    ``argmax(g0, logits + g1)`` picks class 1 unless ``logits + g1 <= g0`` (ties go to the
+    first class, NaN counts as the largest), which is what ``1 - (logits + g1 <= g0)`` says.
+    """
+    g0, g1 = gumbel.unbind(-1)
+    perturbed = logits.to(gumbel.dtype) + g1
+    sample = 1 - torch.le(perturbed, g0).to(logits.dtype)
+    return sample, perturbed - g0
+
+
+def _sigmoid_slope(x: Tensor) -> Tensor:
+    """sigma'(x) = sigma(x) sigma(-x), 0 (not NaN) at +-inf."""
+    return torch.sigmoid(x) * torch.sigmoid(-x)
+
+
+@cached_signature
+class _BinarySample(torch.autograd.Function):
+    """The Bernoulli unit's direct form: class 1 of the two-class sample, with the binary
+    version of each straight-through backward (``kind``: "st", "identity", "st_gumbel",
+    "reinmax")."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, kind: str, tau: float) -> tuple[Tensor, Tensor]:
+        return _binary_sample(logits, gumbel)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        logits, _, ctx.kind, ctx.tau = inputs
+        sample, difference = output
+        ctx.mark_non_differentiable(difference)
+        if ctx.kind == "st":
+            ctx.save_for_backward(logits)
+        elif ctx.kind == "st_gumbel":
+            ctx.save_for_backward(difference)
+        elif ctx.kind == "reinmax":
+            ctx.save_for_backward(logits, sample)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
+        kind, tau = ctx.kind, ctx.tau
+        if kind == "identity":
+            return grad, None, None, None
+        if kind == "reinmax":
+            logits, sample = ctx.saved_tensors
+            ell = finite(opmath(logits))
+            r = 0.5 * (torch.sigmoid(finite(ell / tau)) + sample.to(ell.dtype))
+            factor = 2 * r * (1 - r) - 0.5 * _sigmoid_slope(ell)
+            return (opmath(grad) * factor).to(grad.dtype), None, None, None
+        (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones for "st_gumbel"
+        slope = _sigmoid_slope(finite(opmath(x) / tau)) / tau
+        return (opmath(grad) * slope).to(grad.dtype), None, None, None
+
+
 @cached_signature
 class _StraightThroughSample(torch.autograd.Function):
     """Forward the Gumbel-max sample; backward :math:`J(\\operatorname{softmax}(\\ell/\\tau))^\\top \\bar y / \\tau`."""
@@ -241,6 +298,9 @@ class ST(Estimator):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return _StraightThroughSample.apply(logits, noise, dim, self.tau)
 
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        return _BinarySample.apply(logits, noise, "st", self.tau)[0]
+
 
 @ESTIMATORS.register("st_identity")
 @dataclass(frozen=True)
@@ -263,6 +323,9 @@ class STIdentity(Estimator):
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return _IdentitySample.apply(logits, noise, dim)
+
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        return _BinarySample.apply(logits, noise, "identity", 1.0)[0]
 
 
 @ESTIMATORS.register("gumbel_softmax")
@@ -324,6 +387,9 @@ class STGumbel(Estimator):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         sample, _ = _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
         return sample
+
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        return _BinarySample.apply(logits, noise, "st_gumbel", self.tau)[0]
 
 
 @ESTIMATORS.register("gumbel_rao")
@@ -398,6 +464,9 @@ class ReinMax(Estimator):
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return _ReinMaxSample.apply(logits, noise, dim, self.tau)
+
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        return _BinarySample.apply(logits, noise, "reinmax", self.tau)[0]
 
 
 @ESTIMATORS.register("gst")
