@@ -98,8 +98,8 @@ def bernoulli(
         >>> import torch, hardgrad as hg
         >>> logits = torch.tensor([-3.0, 0.0, 3.0], requires_grad=True)
         >>> b = hg.bernoulli(logits, generator=torch.Generator().manual_seed(0))
-        >>> b
-        tensor([0., 0., 1.], grad_fn=<SelectBackward0>)
+        >>> b.tolist()
+        [0.0, 1.0, 1.0]
     """
     check_floating(logits, "logits")
     _check_generator(generator)
