@@ -268,9 +268,19 @@ class _ReinMaxSample(torch.autograd.Function):
         return result.to(logits.dtype), None, None, None
 
 
+@dataclass(frozen=True)
+class _Tempered(Estimator):
+    """An estimator with a temperature ``tau`` > 0 (the softmax/sigmoid of its backward)."""
+
+    tau: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_tau(self.tau)
+
+
 @ESTIMATORS.register("st")
 @dataclass(frozen=True)
-class ST(Estimator):
+class ST(_Tempered):
     r"""Straight-through with the softmax (sigmoid for Bernoulli) of the logits.
 
     Forward: the exact sample :math:`D`. Backward:
@@ -289,11 +299,7 @@ class ST(Estimator):
         tensor([0., 1., 0.], grad_fn=<_StraightThroughSampleBackward>)
     """
 
-    tau: float = 1.0
     name: ClassVar[str] = "st"
-
-    def __post_init__(self) -> None:
-        _check_tau(self.tau)
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return _StraightThroughSample.apply(logits, noise, dim, self.tau)
@@ -330,7 +336,7 @@ class STIdentity(Estimator):
 
 @ESTIMATORS.register("gumbel_softmax")
 @dataclass(frozen=True)
-class GumbelSoftmax(Estimator):
+class GumbelSoftmax(_Tempered):
     r"""The Gumbel-softmax (Concrete) relaxation: a soft sample, not a discrete one.
 
     Forward: :math:`y = \operatorname{softmax}((\ell + g)/\tau)`, values in (0, 1) summing
@@ -348,12 +354,8 @@ class GumbelSoftmax(Estimator):
         tensor(1.)
     """
 
-    tau: float = 1.0
     name: ClassVar[str] = "gumbel_softmax"
     discrete: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        _check_tau(self.tau)
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         relaxed = torch.softmax(finite((opmath(logits) + noise) / self.tau), dim)
@@ -362,7 +364,7 @@ class GumbelSoftmax(Estimator):
 
 @ESTIMATORS.register("st_gumbel")
 @dataclass(frozen=True)
-class STGumbel(Estimator):
+class STGumbel(_Tempered):
     r"""Straight-through Gumbel-softmax: the exact sample forward, the relaxation backward.
 
     Forward: :math:`D = \operatorname{onehot}(\arg\max(\ell + g))`. Backward:
@@ -378,11 +380,7 @@ class STGumbel(Estimator):
         tensor([[1., 0., 0.]])
     """
 
-    tau: float = 1.0
     name: ClassVar[str] = "st_gumbel"
-
-    def __post_init__(self) -> None:
-        _check_tau(self.tau)
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         sample, _ = _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
@@ -394,7 +392,7 @@ class STGumbel(Estimator):
 
 @ESTIMATORS.register("gumbel_rao")
 @dataclass(frozen=True)
-class GumbelRao(Estimator):
+class GumbelRao(_Tempered):
     r"""Gumbel-Rao: ST-Gumbel Rao-Blackwellised over the Gumbels that give the same sample.
 
     Forward: the exact sample :math:`D`. Backward: the average over :math:`k` draws of
@@ -415,12 +413,11 @@ class GumbelRao(Estimator):
         GumbelRao(tau=0.5, k=10)
     """
 
-    tau: float = 1.0
     k: int = 10
     name: ClassVar[str] = "gumbel_rao"
 
     def __post_init__(self) -> None:
-        _check_tau(self.tau)
+        super().__post_init__()
         check_int(self.k, "k", low=1)
 
     def noise(self, logits: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
@@ -437,7 +434,7 @@ class GumbelRao(Estimator):
 
 @ESTIMATORS.register("reinmax")
 @dataclass(frozen=True)
-class ReinMax(Estimator):
+class ReinMax(_Tempered):
     r"""ReinMax: a second-order (Heun's method) straight-through estimator.
 
     Forward: the exact sample :math:`D`. Backward, with :math:`\pi_0 = \operatorname{softmax}(\ell)`
@@ -456,11 +453,7 @@ class ReinMax(Estimator):
         ReinMax(tau=1.5)
     """
 
-    tau: float = 1.0
     name: ClassVar[str] = "reinmax"
-
-    def __post_init__(self) -> None:
-        _check_tau(self.tau)
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return _ReinMaxSample.apply(logits, noise, dim, self.tau)
@@ -471,7 +464,7 @@ class ReinMax(Estimator):
 
 @ESTIMATORS.register("gst")
 @dataclass(frozen=True)
-class GST(Estimator):
+class GST(_Tempered):
     r"""Gapped straight-through: ST-Gumbel with a deterministic perturbation instead of noise.
 
     Forward: the exact sample :math:`D`. Backward: the softmax Jacobian at the *gapped*
@@ -500,12 +493,11 @@ class GST(Estimator):
         GST(tau=0.5, gap=1.0)
     """
 
-    tau: float = 1.0
     gap: float = 1.0
     name: ClassVar[str] = "gst"
 
     def __post_init__(self) -> None:
-        _check_tau(self.tau)
+        super().__post_init__()
         check_positive(self.gap, "gap")
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
