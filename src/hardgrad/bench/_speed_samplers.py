@@ -47,6 +47,7 @@ from ._speed_candidates import SpeedCheckError
 from ._task import BenchSettings, Progress
 from ._timing import (
     call_counting_saved,
+    compare_to_best,
     compile_warm,
     copy_floors,
     grad_step,
@@ -321,48 +322,6 @@ def _inputs(
     return x.requires_grad_(), g
 
 
-def _summary(
-    hg_key: str,
-    alternatives: list[SamplerCandidate],
-    medians: dict[str, float],
-    times: dict[str, list[float]],
-) -> dict[str, Any]:
-    timed = [a for a in alternatives if a.key in medians]
-    hg_ms = medians.get(hg_key, float("nan"))
-    summary: dict[str, Any] = {
-        "hardgrad_ms": hg_ms,
-        "best_alternative": None,
-        "best_alternative_label": None,
-        "best_alternative_ms": float("nan"),
-        "ratio": float("nan"),
-        "round_ratios": [],
-        "rounds_faster": 0,
-        "x_floor": hg_ms / medians["floor"],
-        "quiet_rounds": 0,
-        "quiet_ratio": float("nan"),
-    }
-    floor = times["floor"]
-    quiet = [i for i, t in enumerate(floor) if t <= 2 * min(floor)]
-    summary["quiet_rounds"] = len(quiet)
-    if timed and hg_key in times:
-        best = min(timed, key=lambda a: medians[a.key])
-        # Rounds are interleaved, so per-round ratios cancel slow drifts of the machine.
-        paired = [h / a for h, a in zip(times[hg_key], times[best.key], strict=True)]
-        summary.update(
-            best_alternative=best.key,
-            best_alternative_label=best.label,
-            best_alternative_ms=medians[best.key],
-            ratio=hg_ms / medians[best.key],
-            round_ratios=paired,
-            rounds_faster=sum(r <= 1.0 for r in paired),
-        )
-        if quiet:
-            summary["quiet_ratio"] = median([times[hg_key][i] for i in quiet]) / median(
-                [times[best.key][i] for i in quiet]
-            )
-    return summary
-
-
 def _run_group(
     kind: str,
     names: list[str],
@@ -454,7 +413,7 @@ def _run_group(
     }
     for name in names:
         how, keys = compared_with(kind, name)
-        summary = _summary(f"hg.{name}", [by_key[k] for k in keys], medians, times)
+        summary = compare_to_best(f"hg.{name}", [by_key[k] for k in keys], medians, times)
         summary["compared_with"] = how
         result["rows"][name] = summary
     return result

@@ -159,3 +159,50 @@ def compile_warm(
 def ms(seconds: float) -> float:
     """Seconds to milliseconds."""
     return seconds * 1e3
+
+
+def compare_to_best(
+    hg_key: str,
+    alternatives: Sequence[Any],
+    medians: dict[str, float],
+    times: dict[str, list[float]],
+) -> dict[str, Any]:
+    """hardgrad's time against the fastest timed alternative (objects with ``key``, ``label``).
+
+    Gives the median ratio, the per-round ratios (rounds are interleaved, so they cancel slow
+    drifts of the machine), the multiple of the copy floor, and the ratio over the quiet
+    rounds: the floor, timed in every round, probes contention, and a round whose floor took
+    more than twice its fastest round shared the cores with another process.
+    """
+    timed = [a for a in alternatives if a.key in medians]
+    hg_ms = medians.get(hg_key, float("nan"))
+    floor = times["floor"]
+    quiet = [i for i, t in enumerate(floor) if t <= 2 * min(floor)]
+    summary: dict[str, Any] = {
+        "hardgrad_ms": hg_ms,
+        "best_alternative": None,
+        "best_alternative_label": None,
+        "best_alternative_ms": float("nan"),
+        "ratio": float("nan"),
+        "round_ratios": [],
+        "rounds_faster": 0,
+        "x_floor": hg_ms / medians["floor"],
+        "quiet_rounds": len(quiet),
+        "quiet_ratio": float("nan"),
+    }
+    if timed and hg_key in times:
+        best = min(timed, key=lambda a: medians[a.key])
+        paired = [h / a for h, a in zip(times[hg_key], times[best.key], strict=True)]
+        summary.update(
+            best_alternative=best.key,
+            best_alternative_label=best.label,
+            best_alternative_ms=medians[best.key],
+            ratio=hg_ms / medians[best.key],
+            round_ratios=paired,
+            rounds_faster=sum(r <= 1.0 for r in paired),
+        )
+        if quiet:
+            summary["quiet_ratio"] = median([times[hg_key][i] for i in quiet]) / median(
+                [times[best.key][i] for i in quiet]
+            )
+    return summary

@@ -66,6 +66,7 @@ from ._speed_report import notes, plot, sampler_tables, tables
 from ._speed_samplers import progress_steps, resolve_rows, run_samplers
 from ._task import BenchSettings, Progress, TaskResult, available_threads, task
 from ._timing import (
+    compare_to_best,
     compile_warm,
     copy_floors,
     grad_step,
@@ -274,12 +275,11 @@ def _run_mode(
         if cand.key in times:
             record[cand.key][f"{mode}_ms"] = medians[cand.key]
             record[cand.key][f"{mode}_rounds_ms"] = [ms(t) for t in times[cand.key]]
-    summary = _summarise(candidates, medians, times)
+    alternatives = [c for c in candidates if c.key != "hardgrad"]
+    summary = compare_to_best("hardgrad", alternatives, medians, times)
     summary["floor_ms"] = medians["floor"]
     summary["floor_alloc_ms"] = medians["floor_alloc"]
     summary["floor_rounds_ms"] = [ms(t) for t in times["floor"]]
-    summary["x_floor"] = summary["hardgrad_ms"] / medians["floor"]
-    summary.update(_quiet(summary, times))
     if faults:
         summary["floor_page_faults"] = faults["floor"]
         summary["floor_alloc_page_faults"] = faults["floor_alloc"]
@@ -287,51 +287,6 @@ def _run_mode(
         for cand in candidates:
             if cand.key in faults:
                 record[cand.key][key] = faults[cand.key]
-    return summary
-
-
-def _quiet(summary: dict[str, Any], times: dict[str, list[float]]) -> dict[str, Any]:
-    """hardgrad / best alternative over the rounds the machine was quiet in.
-
-    The floor, timed in every round, probes contention: a round whose floor took more than
-    twice its fastest round shared the cores with another process.
-    """
-    floor = times["floor"]
-    quiet = [i for i, t in enumerate(floor) if t <= 2 * min(floor)]
-    best = summary["best_alternative"]
-    ratio = float("nan")
-    if best is not None and "hardgrad" in times and quiet:
-        hg = median([times["hardgrad"][i] for i in quiet])
-        ratio = hg / median([times[best][i] for i in quiet])
-    return {"quiet_rounds": len(quiet), "quiet_ratio": ratio}
-
-
-def _summarise(
-    candidates: list[Candidate], medians: dict[str, float], times: dict[str, list[float]]
-) -> dict[str, Any]:
-    alternatives = [c for c in candidates if c.key != "hardgrad" and c.key in medians]
-    hg_ms = medians.get("hardgrad", float("nan"))
-    summary: dict[str, Any] = {
-        "hardgrad_ms": hg_ms,
-        "best_alternative": None,
-        "best_alternative_label": None,
-        "best_alternative_ms": float("nan"),
-        "ratio": float("nan"),
-        "round_ratios": [],
-        "rounds_faster": 0,
-    }
-    if alternatives and "hardgrad" in times:
-        best = min(alternatives, key=lambda c: medians[c.key])
-        # Rounds are interleaved, so per-round ratios cancel slow drifts of the machine.
-        paired = [h / a for h, a in zip(times["hardgrad"], times[best.key], strict=True)]
-        summary.update(
-            best_alternative=best.key,
-            best_alternative_label=best.label,
-            best_alternative_ms=medians[best.key],
-            ratio=hg_ms / medians[best.key],
-            round_ratios=paired,
-            rounds_faster=sum(r <= 1.0 for r in paired),
-        )
     return summary
 
 
