@@ -35,8 +35,11 @@ from hardgrad.estimators import (
 INF, NAN = math.inf, math.nan
 EULER_GAMMA = 0.5772156649015329
 
-#: The names the issue asks for, in registration order.
+#: The pathwise names API.md section 2 asks for, in registration order.
 API_NAMES = ("st", "st_identity", "gumbel_softmax", "st_gumbel", "gumbel_rao", "reinmax", "gst")
+#: The score-function family and exact enumeration (API.md section 3); tests/test_expectation.py.
+SCORE_NAMES = ("reinforce", "rloo", "arm", "disarm", "exact", "rebar", "relax")
+PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 
 DEFAULT_REPRS = {
     "st": "ST(tau=1.0)",
@@ -162,7 +165,7 @@ def expected_backward(
 
 def test_every_registered_estimator_has_a_closed_form():
     ell, g = torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
-    for name in ESTIMATORS:
+    for name in PATHWISE:
         est = hg.estimators.get(name)
         noise = est.noise(ell, torch.Generator().manual_seed(0))
         sample = expected_forward(est, ell, noise, 1)
@@ -175,8 +178,19 @@ def test_every_registered_estimator_has_a_closed_form():
 
 
 def test_registry_names():
-    assert ESTIMATORS.names() == API_NAMES
-    assert len(ESTIMATORS) == len(API_NAMES)
+    assert ESTIMATORS.names() == API_NAMES + SCORE_NAMES
+    assert len(ESTIMATORS) == len(API_NAMES) + len(SCORE_NAMES)
+    assert tuple(PATHWISE) == API_NAMES
+    for name in SCORE_NAMES:  # usable through hg.expectation only
+        assert not ESTIMATORS.get(name).pathwise
+
+
+@pytest.mark.parametrize("name", SCORE_NAMES)
+def test_score_function_estimators_are_refused_by_the_samplers(name):
+    with pytest.raises(ValueError, match="pathwise `estimator`"):
+        hg.categorical(torch.zeros(3), estimator=name)
+    with pytest.raises(ValueError, match="pathwise `estimator`"):
+        hg.bernoulli(torch.zeros(3), estimator=name)
 
 
 @pytest.mark.parametrize("name", API_NAMES)
@@ -832,7 +846,7 @@ def test_compile_fullgraph_matches_eager_and_stays_finite(fresh_dynamo, assert_s
     CPU (about 20 s cold for this graph, against about 30 s for one graph per estimator).
     A ``generator`` cannot be passed through a fullgraph compile in torch 2.13 (dynamo has
     no proxy for torch.Generator), so the global RNG is used here."""
-    estimators = [tiny_tau(name) for name in ESTIMATORS]
+    estimators = [tiny_tau(name) for name in PATHWISE]
     units = [*estimators, ST(tau=1e-3)]  # the last one as Bernoulli units
     logits = compile_rows().expand(len(units), -1, -1).contiguous()  # one slice per unit
     w = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))

@@ -20,7 +20,7 @@ import hardgrad as hg
 from hardgrad.estimators import ESTIMATORS, ST, GumbelRao
 
 INF, NAN = math.inf, math.nan
-NAMES = list(ESTIMATORS)
+NAMES = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 HALF = (torch.float16, torch.bfloat16)
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 

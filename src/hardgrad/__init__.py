@@ -9,6 +9,7 @@ tensor([1., 1.])
 
 from . import estimators, nn, ops, stochastic, surrogates
 from ._validation import set_validation, validation_enabled
+from ._expectation import expectation
 from ._version import __version__
 from .ops import (
     binarize,
@@ -34,6 +35,7 @@ __all__ = [
     "ceil",
     "clamp",
     "estimators",
+    "expectation",
     "floor",
     "heaviside",
     "nn",

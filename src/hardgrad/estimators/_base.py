@@ -86,11 +86,19 @@ def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
 def get(name: str) -> Estimator:
     """The default instance of the estimator registered as ``name``.
 
+    Stateless estimators are made once and shared; stateful ones (``nn.Module`` instances such as
+    ``REBAR``) are made afresh on every call, so no state leaks between callers: pass
+    an instance to keep and train one.
+
     Example:
         >>> import hardgrad as hg
         >>> hg.estimators.get("st_gumbel")
         STGumbel(tau=1.0)
     """
+    cls = ESTIMATORS.get(name, "estimator")
+    if issubclass(cls, torch.nn.Module):  # stateful: a fresh instance, never shared
+        fresh: Estimator = cls()
+        return fresh
     instance: Estimator = ESTIMATORS.default(name, "estimator")
     return instance
 

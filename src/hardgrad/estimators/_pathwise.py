@@ -190,25 +190,30 @@ class _GappedSample(torch.autograd.Function):
         return softmax_vjp(gapped, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None, None
 
 
-def _conditional_gumbel_logits(
-    logits: Tensor, sample: Tensor, exponentials: Tensor, dim: int
-) -> Tensor:
+def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
     r"""Perturbed logits :math:`z = \ell + g` drawn from the Gumbels *given* ``argmax z = D``.
 
-    With :math:`E \sim \operatorname{Exp}(1)` (one row per draw) and
-    :math:`\Lambda = \operatorname{logsumexp}(\ell)`: the maximum is
-    :math:`z_D = \Lambda - \log E_D` and every other coordinate is a Gumbel truncated below
-    it, :math:`z_i = -\log(E_D e^{-\Lambda} + E_i e^{-\ell_i})` (Maddison et al. 2014,
-    https://arxiv.org/abs/1411.0030), computed in log space so that no term overflows.
+    With :math:`E \sim \operatorname{Exp}(1)` and :math:`\Lambda = \operatorname{logsumexp}(\ell)`:
+    the maximum is :math:`z_D = \Lambda - \log E_D` and every other coordinate is a Gumbel
+    truncated below it, :math:`z_i = -\log(E_D e^{-\Lambda} + E_i e^{-\ell_i})` (Maddison et
+    al. 2014, https://arxiv.org/abs/1411.0030), computed in log space so that no term
+    overflows. ``ell`` (finite), the bool ``chosen`` (:math:`D`) and ``log_e``
+    (:math:`\log E`) broadcast together; differentiable in ``ell``.
     """
-    ell = finite(opmath(logits)).unsqueeze(0)
-    chosen = sample.to(torch.bool).unsqueeze(0)
-    log_e = exponentials.log()
-    total = torch.logsumexp(ell, dim + 1, keepdim=True)
-    log_e_max = torch.where(chosen, log_e, 0).sum(dim + 1, keepdim=True)
+    total = torch.logsumexp(ell, dim, keepdim=True)
+    log_e_max = torch.where(chosen, log_e, 0).sum(dim, keepdim=True)
     top = total - log_e_max
     rest = -torch.logaddexp(log_e_max - total, log_e - ell)
     return torch.where(chosen, top, rest)
+
+
+def _conditional_gumbel_logits(
+    logits: Tensor, sample: Tensor, exponentials: Tensor, dim: int
+) -> Tensor:
+    """:func:`conditional_gumbel` for ``k`` rows of exponentials (``(k, *logits.shape)``)."""
+    ell = finite(opmath(logits)).unsqueeze(0)
+    chosen = sample.to(torch.bool).unsqueeze(0)
+    return conditional_gumbel(ell, chosen, exponentials.log(), dim + 1)
 
 
 @cached_signature

@@ -1,0 +1,180 @@
+r"""``hg.expectation``: :math:`E_{b \sim p_\theta}[f(b)]` with any gradient estimator."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import estimators as _estimators
+from ._validation import check_dim, check_floating, check_int, value_checks_apply
+from .estimators._problem import Objective, Problem, check_values
+from .estimators._score import ScoreFunctionEstimator
+from .stochastic import EstimatorLike, _check_generator, bernoulli, categorical
+
+__all__ = ["expectation"]
+
+DISTRIBUTIONS = ("bernoulli", "categorical")
+
+
+def expectation(
+    f: Objective,
+    logits: Tensor,
+    *,
+    dist: str = "bernoulli",
+    estimator: EstimatorLike = "disarm",
+    num_samples: int | None = None,
+    dim: int = -1,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    r"""The Monte-Carlo estimate of :math:`E_{b \sim p_\theta}[f(b)]` whose gradient with
+    respect to the logits is the chosen estimator.
+
+    Forward: :math:`\tfrac1n \sum_{s=1}^n f(b_s)` over the estimator's samples (for
+    ``"exact"``, :math:`\sum_b p_\theta(b) f(b)` over every configuration). Backward: with
+    respect to ``logits``, the estimator :math:`\hat g` (e.g. DisARM, RLOO, or a pathwise
+    estimator's gradient through its samples); with respect to ``f``'s own parameters,
+    the ordinary :math:`\tfrac1n \sum_s \nabla_\psi f(b_s)`. So
+    ``hg.expectation(...).mean().backward()`` trains the logits' producer and ``f``.
+
+    Shapes: ``f`` receives samples ``(num_samples, *logits.shape)`` (one-hot along ``dim``
+    for categorical) and returns ``(num_samples, *prefix)``, where ``prefix`` is a prefix of
+    the batch shape (the logits' shape, without ``dim`` for categorical), possibly empty;
+    the result has shape ``prefix``. Entry ``j`` of ``f``'s value must depend only on the
+    variables at batch position ``j`` (a per-example loss): score-function estimators weight
+    each entry's score by that entry's value only.
+
+    Estimators (see :mod:`hardgrad.estimators` for each one's formula):
+
+    * every pathwise estimator (``"st"``, ``"gumbel_rao"``, ...): ``num_samples``
+      independent samples from :func:`hardgrad.bernoulli` / :func:`hardgrad.categorical`,
+      differentiated through; default 1;
+    * ``"reinforce"`` (default 1; 2 for ``Reinforce(baseline="optimal")``), ``"rloo"``
+      (>= 2, default 2), ``"arm"`` and ``"disarm"`` (Bernoulli only; an even number, pairs;
+      default 2), ``"rebar"`` and ``"relax"`` (``num_samples`` draws, each evaluating ``f``
+      three times), ``"exact"`` (every configuration; leave ``num_samples`` ``None``).
+
+    Higher-order gradients: ``"exact"`` is ordinary autograd, exact to every order.
+    Score-function estimators are first-order: differentiating their gradient again raises
+    a ``RuntimeError`` rather than returning a wrong second derivative. Pathwise estimators
+    give the derivative of their own backward formula, not of :math:`E[f]`.
+
+    Transforms: pathwise estimators and ``"reinforce"`` (without the ``"ema"`` state),
+    ``"rloo"``, ``"arm"``, ``"disarm"`` and ``"exact"`` work under
+    ``torch.compile(fullgraph=True)`` (with ``generator=None``) and ``torch.func.grad``;
+    ``"rebar"`` and ``"relax"`` are eager-only (they call ``torch.autograd.grad``).
+
+    Args:
+        f: the objective, ``(num_samples, *logits.shape) -> (num_samples, *prefix)``.
+        logits: floating tensor of log-odds (Bernoulli) or unnormalised log-probabilities
+            along ``dim`` (categorical); ``±inf`` allowed, NaN rejected.
+        dist: ``"bernoulli"`` or ``"categorical"``.
+        estimator: a registry name or an instance from :mod:`hardgrad.estimators`.
+        num_samples: evaluations of ``f`` (draws for REBAR/RELAX); ``None`` for the
+            estimator's default.
+        dim: the category dimension (categorical only).
+        generator: the source of randomness.
+
+    Raises:
+        TypeError: ``f`` is not callable or returns no floating tensor; bad argument types.
+        ValueError: unknown ``dist`` or estimator, an estimator not defined for ``dist``,
+            ``num_samples`` too small or not a multiple the estimator needs, ``f``'s value
+            of the wrong shape, NaN logits, or ``"exact"`` over its ``max_configurations``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(3, requires_grad=True)
+        >>> target = torch.tensor([0.0, 1.0, 0.0])
+        >>> loss = hg.expectation(lambda b: (b - target).square(), logits,   # one value per bit
+        ...                       estimator="disarm", generator=torch.Generator().manual_seed(0))
+        >>> loss   # the Monte-Carlo mean of one antithetic pair
+        tensor([0.5000, 0.5000, 0.5000], grad_fn=<AddBackward0>)
+        >>> loss.sum().backward()
+        >>> logits.grad   # exact here: p(1-p)(1-2t) at p = 1/2 (DisARM has 0 variance at 0)
+        tensor([ 0.2500, -0.2500,  0.2500])
+    """
+    if not callable(f):
+        raise TypeError(f"Expected `f` to be callable, but found {type(f).__name__}")
+    check_floating(logits, "logits")
+    if dist not in DISTRIBUTIONS:
+        raise ValueError(f"Expected `dist` to be one of {DISTRIBUTIONS}, but found {dist!r}")
+    _check_generator(generator)
+    chosen = _estimators.resolve(estimator)
+    is_categorical = dist == "categorical"
+    d = check_dim(logits, dim) if is_categorical else 0
+    if is_categorical and logits.shape[d] == 0:
+        raise ValueError(
+            f"Expected `logits` to have at least one category along dim={dim}, "
+            f"but found shape {tuple(logits.shape)}"
+        )
+    if value_checks_apply(logits) and bool(torch.isnan(logits).any()):
+        raise ValueError("Expected `logits` without NaN, but found NaN")
+    n = _check_num_samples(chosen, dist, num_samples)
+
+    if chosen.pathwise:
+        return _pathwise_expectation(chosen, f, logits, is_categorical, d, n, generator)
+    assert isinstance(chosen, ScoreFunctionEstimator)
+    problem = Problem(
+        f=f,
+        logits=logits.movedim(d, -1) if is_categorical else logits,
+        categorical=is_categorical,
+        dim=d,
+        num_samples=n,
+        generator=generator,
+    )
+    return chosen.expectation(problem)
+
+
+def _check_num_samples(
+    chosen: _estimators.Estimator, dist: str, num_samples: int | None
+) -> int:
+    """``num_samples`` resolved to the estimator's default and checked against its needs."""
+    if not isinstance(chosen, ScoreFunctionEstimator):
+        return 1 if num_samples is None else check_int(num_samples, "num_samples", low=1)
+    if dist not in chosen.dists:
+        raise ValueError(
+            f"Expected `dist` to be one the estimator {chosen!r} is defined for "
+            f"({', '.join(chosen.dists)}), but found dist={dist!r}"
+        )
+    if isinstance(chosen, _estimators.Exact):
+        if num_samples is not None:
+            raise ValueError(
+                "Expected `num_samples`=None for the exact estimator, which evaluates f on "
+                f"every configuration, but found num_samples={num_samples!r}"
+            )
+        return 0
+    if num_samples is None:
+        return chosen.default_num_samples()
+    n = check_int(num_samples, "num_samples", low=1)
+    if n < chosen.min_samples:
+        raise ValueError(
+            f"Expected `num_samples` >= {chosen.min_samples} for {chosen!r}, "
+            f"but found num_samples={n}"
+        )
+    if n % chosen.sample_multiple:
+        raise ValueError(
+            f"Expected `num_samples` to be a multiple of {chosen.sample_multiple} for "
+            f"{chosen!r} (antithetic pairs), but found num_samples={n}"
+        )
+    return n
+
+
+def _pathwise_expectation(
+    chosen: _estimators.Estimator,
+    f: Objective,
+    logits: Tensor,
+    is_categorical: bool,
+    dim: int,
+    n: int,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """``mean_s f(b_s)`` over ``n`` samples of the pathwise unit, differentiated through."""
+    expanded = logits.expand(n, *logits.shape)
+    if is_categorical:
+        samples = categorical(expanded, dim=dim + 1, estimator=chosen, generator=generator)
+        batch = logits.shape[:dim] + logits.shape[dim + 1 :]
+    else:
+        samples = bernoulli(expanded, estimator=chosen, generator=generator)
+        batch = logits.shape
+    values = f(samples)
+    check_values(values, n, batch)
+    return values.mean(0)

@@ -1,0 +1,303 @@
+r"""REBAR and RELAX: score-function estimators with a learned, reparameterised control variate.
+
+Both draw :math:`b = H(z)` through a continuous variable :math:`z` (logistic for Bernoulli,
+:math:`z = \theta + \log u - \log(1-u)`, :math:`b = \mathbb 1[z > 0]`; Gumbel for categorical,
+:math:`z = \log\pi + g`, :math:`D = \operatorname{onehot}(\arg\max z)`), draw
+:math:`\tilde z \sim p(z \mid b)` with the same :math:`\theta`, and use a control variate
+:math:`c(\cdot)` twice:
+
+.. math::
+
+    \hat g = \big(f(b) - c(\tilde z)\big)\,\nabla_\theta \log p_\theta(b)
+             + \nabla_\theta c(z) - \nabla_\theta c(\tilde z),
+
+unbiased for any differentiable :math:`c`. Here
+:math:`c(z) = \eta\, f(\sigma_\lambda(z)) + r_\rho(z)` with the relaxation
+:math:`\sigma_\lambda(z) = \sigma(z/\lambda)` or :math:`\operatorname{softmax}(z/\lambda)`.
+The scale :math:`\eta` (``scale``), the temperature :math:`\lambda` (stored as ``log_tau``)
+and the network :math:`r_\rho` are ``nn.Parameter``\ s that :math:`\hat g` depends on; after
+``backward()`` they hold :math:`\partial/\partial\phi\,\sum (w \odot \hat g)^2`, the gradient
+of the estimator's variance (its mean does not depend on them), where :math:`w` is the
+gradient flowing into :func:`hardgrad.expectation`'s result.
+
+Cost: each sample evaluates ``f`` three times (at :math:`b`, :math:`\sigma_\lambda(z)` and
+:math:`\sigma_\lambda(\tilde z)`), so ``f`` must accept relaxed inputs in (0, 1).
+Eager autograd only: these estimators call ``torch.autograd.grad`` inside the forward and
+the backward, which ``torch.compile(fullgraph=True)`` and ``torch.func`` cannot trace.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .._validation import check_positive, check_real
+from ._base import ESTIMATORS, uniform
+from ._pathwise import conditional_gumbel
+from ._problem import Problem
+from ._score import ScoreFunctionEstimator, _average_across_ranks, attach_gradient
+
+
+class _GradientWithVariance(torch.autograd.Function):
+    """Like ``_ScoreGradient``, and also hands the estimator's parameters the gradient of
+    :math:`\\sum (w \\odot \\hat g)^2` through the graph :math:`\\hat g` was built with."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, logits: Tensor, gradient: Tensor, like: Tensor, graph: list[Tensor], *params: Tensor
+    ) -> Tensor:
+        ctx.save_for_backward(gradient)
+        (ctx.graph,) = graph  # in a list, so that autograd adds no edge into its history
+        ctx.params = params
+        ctx.extra = gradient.dim() - like.dim()
+        return torch.zeros_like(like)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        (gradient,) = ctx.saved_tensors
+        spread = grad.reshape(*grad.shape, *([1] * ctx.extra)).to(gradient.dtype)
+        weighted = gradient * spread
+        # retain_graph: a second backward(retain_graph=True) of the result needs it again;
+        # it is freed with this node.
+        variance_grads = torch.autograd.grad(
+            ctx.graph, ctx.params, grad_outputs=2 * weighted * spread, allow_unused=True,
+            retain_graph=True,
+        )
+        grads = [
+            _average_across_ranks(torch.zeros_like(p) if g is None else g)
+            for p, g in zip(ctx.params, variance_grads, strict=True)
+        ]
+        return weighted, None, None, None, *grads
+
+
+class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
+    """The shared machinery of :class:`REBAR` and :class:`RELAX`."""
+
+    evaluations_per_sample: ClassVar[int] = 3
+
+    def __init__(
+        self,
+        *,
+        tau: float,
+        scale: float,
+        control_variate: torch.nn.Module | None,
+        use_objective: bool,
+    ) -> None:
+        super().__init__()
+        tau = check_positive(tau, "tau")
+        scale = check_real(scale, "scale")
+        if control_variate is not None and not isinstance(control_variate, torch.nn.Module):
+            raise TypeError(
+                "Expected `control_variate` to be a torch.nn.Module or None, but found "
+                f"{type(control_variate).__name__}"
+            )
+        if control_variate is None and not use_objective:
+            raise ValueError(
+                "Expected a `control_variate` when use_objective=False, but found None: "
+                "the control variate would be zero"
+            )
+        self.use_objective = bool(use_objective)
+        self.log_tau = torch.nn.Parameter(torch.tensor(math.log(tau)))
+        self.scale = torch.nn.Parameter(torch.tensor(float(scale)))
+        self.control_variate = control_variate
+        self._synced = False
+
+    @property
+    def tau(self) -> float:
+        """The relaxation's current temperature :math:`\\lambda`."""
+        return float(self.log_tau.detach().exp())
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau:.4g}, scale={float(self.scale.detach()):.4g}"
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _noise(self, problem: Problem, theta: Tensor) -> tuple[Tensor, Tensor]:
+        shape = (problem.num_samples, *theta.shape)
+        return uniform(theta, problem.generator, shape), uniform(theta, problem.generator, shape)
+
+    @staticmethod
+    def _relaxation(problem: Problem, theta: Tensor, u: Tensor) -> Tensor:
+        if problem.categorical:
+            gumbel = -torch.log(-torch.log(u))
+            return torch.log_softmax(theta, -1) + gumbel
+        return theta + (torch.log(u) - torch.log1p(-u))
+
+    @staticmethod
+    def _hard(problem: Problem, z: Tensor) -> Tensor:
+        if problem.categorical:
+            return torch.zeros_like(z).scatter(-1, z.argmax(-1, keepdim=True), 1.0)
+        return (z > 0).to(z.dtype)
+
+    @staticmethod
+    def _conditional(problem: Problem, theta: Tensor, hard: Tensor, v: Tensor) -> Tensor:
+        r""":math:`\tilde z \sim p(z \mid b)`, reparameterised in :math:`\theta`."""
+        if problem.categorical:
+            log_e = torch.log(-torch.log(v))
+            return conditional_gumbel(torch.log_softmax(theta, -1), hard > 0, log_e, -1)
+        logit_v = torch.log(v) - torch.log1p(-v)
+        softplus = torch.nn.functional.softplus
+        on = softplus(logit_v + softplus(theta))
+        off = -softplus(logit_v + softplus(-theta))
+        return torch.where(hard > 0, on, off)
+
+    def _control(self, problem: Problem, z: Tensor) -> Tensor:
+        total: Tensor | None = None
+        if self.use_objective:
+            tau = self.log_tau.exp()
+            relaxed = torch.softmax(z / tau, -1) if problem.categorical else torch.sigmoid(z / tau)
+            total = self.scale * problem.evaluate(relaxed)
+        if self.control_variate is not None:
+            learned = self.control_variate(problem.to_caller(z))
+            expected = (z.shape[0], *problem.prefix_shape)
+            if not isinstance(learned, Tensor) or tuple(learned.shape) != expected:
+                found = tuple(learned.shape) if isinstance(learned, Tensor) else type(learned)
+                raise ValueError(
+                    "Expected `control_variate` to map relaxed samples to one value per "
+                    f"sample and prefix entry, shape {expected}, but found {found}"
+                )
+            total = learned if total is None else total + learned
+        assert total is not None
+        return total
+
+    # -- the estimator ------------------------------------------------------------------------
+    def expectation(self, problem: Problem) -> Tensor:
+        theta0 = problem.work_logits
+        u, v = self._noise(problem, theta0)
+        hard = self._hard(problem, self._relaxation(problem, theta0, u))
+        values = problem.evaluate(hard)
+        if not (problem.logits.requires_grad and torch.is_grad_enabled()):
+            return values.mean(0)
+        self._sync_across_ranks()
+        params = [p for p in self.parameters() if p.requires_grad]
+        n = problem.num_samples
+        with torch.enable_grad():
+            theta = theta0.clone().requires_grad_()
+            c_z = self._control(problem, self._relaxation(problem, theta, u))
+            c_tilde = self._control(problem, self._conditional(problem, theta, hard, v))
+            difference = (c_z - c_tilde).sum()
+            if difference.requires_grad:
+                (pathwise,) = torch.autograd.grad(
+                    difference, theta, create_graph=bool(params), allow_unused=True
+                )
+            else:
+                pathwise = None
+            f = values.detach().to(theta.dtype)
+            score = problem.score(hard, theta0)
+            gradient = (problem.spread(f - c_tilde.to(theta.dtype)) * score).mean(0)
+            if pathwise is not None:
+                gradient = gradient + pathwise / n
+        if not params:
+            return attach_gradient(problem, values.mean(0), gradient)
+        logits, mean = problem.logits, values.mean(0)
+        zero = _GradientWithVariance.apply(
+            logits, gradient.detach().to(logits.dtype), mean.detach(), [gradient], *params
+        )
+        return mean + zero
+
+    def _sync_across_ranks(self) -> None:
+        """Start every rank from rank 0's parameters and buffers (once)."""
+        dist = torch.distributed
+        if self._synced or not (dist.is_available() and dist.is_initialized()):
+            return
+        with torch.no_grad():
+            for tensor in [*self.parameters(), *self.buffers()]:
+                dist.broadcast(tensor, src=0)
+        self._synced = True
+
+
+@ESTIMATORS.register("rebar")
+class REBAR(_LearnedControlVariate):
+    r"""REBAR: the relaxed objective as a control variate, with learned scale and temperature.
+
+    :math:`c(z) = \eta\, f(\sigma_\lambda(z))` in the estimator of the module docstring
+    (:mod:`hardgrad.estimators._relax`):
+
+    .. math::
+
+        \hat g = \big(f(b) - \eta f(\sigma_\lambda(\tilde z))\big)\nabla_\theta\log p_\theta(b)
+                 + \eta\nabla_\theta f(\sigma_\lambda(z)) - \eta\nabla_\theta f(\sigma_\lambda(\tilde z)).
+
+    Unbiased. ``scale`` (:math:`\eta`) and ``log_tau`` (:math:`\log\lambda`) are parameters
+    that receive the gradient of the estimator's variance; put them in the optimizer to
+    tune them. ``f`` is evaluated 3 times per sample and must accept relaxed inputs.
+    Tucker et al. (2017), https://arxiv.org/abs/1703.07370.
+
+    Args:
+        tau: initial temperature :math:`\lambda` > 0.
+        scale: initial :math:`\eta`.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> rebar = hg.estimators.REBAR(tau=0.5)
+        >>> logits = torch.zeros(4, requires_grad=True)
+        >>> value = hg.expectation(lambda b: (b - 0.45).square().sum(-1), logits, estimator=rebar,
+        ...                        generator=torch.Generator().manual_seed(0))
+        >>> value.backward()
+        >>> rebar.scale.grad is not None and rebar.log_tau.grad is not None
+        True
+    """
+
+    name: ClassVar[str] = "rebar"
+
+    def __init__(self, tau: float = 0.5, scale: float = 1.0) -> None:
+        super().__init__(tau=tau, scale=scale, control_variate=None, use_objective=True)
+
+
+@ESTIMATORS.register("relax")
+class RELAX(_LearnedControlVariate):
+    r"""RELAX: REBAR's control variate plus a learned network.
+
+    :math:`c(z) = \eta\, f(\sigma_\lambda(z)) + r_\rho(z)` in the estimator of the module
+    docstring (:mod:`hardgrad.estimators._relax`), with :math:`r_\rho` = ``control_variate``.
+    ``r`` receives :math:`z` in the caller's layout, shape ``(n, *logits.shape)`` (the
+    logistic / Gumbel-perturbed logits, not the relaxed sample), and returns ``(n, *prefix)``;
+    like ``f``, its value at a prefix entry may depend only on that entry's variables. With
+    ``use_objective=False`` the control variate is :math:`r_\rho` alone, so ``f`` needs no
+    relaxed evaluations (one evaluation per sample; ``f`` may then be non-differentiable,
+    as in reinforcement learning). ``control_variate=None`` makes RELAX equal to REBAR.
+
+    Unbiased. Every parameter (:math:`\eta`, :math:`\log\lambda`, :math:`\rho`) receives
+    the gradient of the estimator's variance. Grathwohl et al. (2018),
+    https://arxiv.org/abs/1711.00123.
+
+    Args:
+        control_variate: an ``nn.Module`` :math:`r_\rho`, or ``None``.
+        tau: initial temperature :math:`\lambda` > 0.
+        scale: initial :math:`\eta`.
+        use_objective: include :math:`\eta f(\sigma_\lambda(z))` in the control variate.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1),
+        ...                           torch.nn.Flatten(-2))
+        >>> relax = hg.estimators.RELAX(net)
+        >>> logits = torch.zeros(2, 4, requires_grad=True)   # 2 examples, 4 bits each
+        >>> value = hg.expectation(lambda b: (b - 0.45).square().sum(-1), logits, estimator=relax,
+        ...                        generator=torch.Generator().manual_seed(0))
+        >>> value.sum().backward()
+        >>> net[0].weight.grad.shape
+        torch.Size([8, 4])
+    """
+
+    name: ClassVar[str] = "relax"
+
+    def __init__(
+        self,
+        control_variate: torch.nn.Module | None = None,
+        *,
+        tau: float = 0.5,
+        scale: float = 1.0,
+        use_objective: bool = True,
+    ) -> None:
+        super().__init__(
+            tau=tau, scale=scale, control_variate=control_variate, use_objective=use_objective
+        )
+
+    @property
+    def evaluations_per_sample(self) -> int:  # type: ignore[override]
+        return 3 if self.use_objective else 1

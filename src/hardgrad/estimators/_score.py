@@ -1,0 +1,415 @@
+r"""Score-function estimators and exact enumeration, used through :func:`hardgrad.expectation`.
+
+Notation: logits :math:`\theta`, samples :math:`b` (one-hot :math:`D` for categorical),
+:math:`p = \sigma(\theta)` or :math:`\pi = \operatorname{softmax}(\theta)`, the score
+:math:`s(b) = \nabla_\theta \log p_\theta(b) = b - p` (or :math:`D - \pi`), and :math:`n`
+evaluations :math:`f_1, \dots, f_n` of the objective. Each estimator returns the Monte-Carlo
+estimate :math:`\bar f = \tfrac1n \sum_s f_s` as its value; the value's gradient with
+respect to the logits is the estimator :math:`\hat g`, and with respect to ``f``'s own
+parameters the ordinary :math:`\tfrac1n \sum_s \nabla_\psi f_s`.
+
+The estimate is injected with an autograd Function whose forward is exactly zero, so the
+value is bit-for-bit the Monte-Carlo mean; its backward multiplies :math:`\hat g` by the
+incoming gradient. It is first-order: differentiating the gradient again raises (the
+second derivative of :math:`E[f]` is not :math:`\nabla \hat g`). :class:`Exact` is plain
+autograd and supports every order.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .._validation import check_int, check_real
+from ..ops._autograd import cached_signature
+from ._base import ESTIMATORS, Estimator, uniform
+from ._problem import Problem
+
+
+@cached_signature
+class _ScoreGradient(torch.autograd.Function):
+    """Forward: zeros shaped like ``like`` (the prefix). Backward: ``gradient`` times the
+    incoming gradient, broadcast over the logits' trailing dimensions."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gradient: Tensor, like: Tensor) -> Tensor:
+        return torch.zeros_like(like)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _, gradient, _ = inputs
+        ctx.save_for_backward(gradient)
+        ctx.extra = gradient.dim() - output.dim()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (gradient,) = ctx.saved_tensors
+        spread = grad.reshape(*grad.shape, *([1] * ctx.extra))
+        return (gradient * spread).to(gradient.dtype), None, None
+
+
+def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor:
+    """``value`` (exactly) whose gradient with respect to the logits is ``gradient`` times
+    the incoming gradient."""
+    logits = problem.logits
+    if not (logits.requires_grad and torch.is_grad_enabled()):
+        return value
+    zero = _ScoreGradient.apply(logits, gradient.detach().to(logits.dtype), value.detach())
+    return value + zero
+
+
+class ScoreFunctionEstimator(Estimator):
+    """An estimator that works through :func:`hardgrad.expectation` only: it needs ``f``.
+
+    Subclasses implement :meth:`expectation`. Class attributes beyond :class:`Estimator`'s:
+    ``dists`` (the distributions it is defined for), ``min_samples`` and
+    ``sample_multiple`` (``num_samples`` must be a multiple, e.g. 2 for antithetic pairs).
+    """
+
+    pathwise: ClassVar[bool] = False
+    unbiased: ClassVar[bool] = True
+    dists: ClassVar[tuple[str, ...]] = ("bernoulli", "categorical")
+    min_samples: ClassVar[int] = 1
+    sample_multiple: ClassVar[int] = 1
+
+    def categorical(self, logits: Tensor, noise: Any, dim: int) -> Tensor:
+        raise TypeError(
+            f"{type(self).__name__} needs the objective: use it through hg.expectation"
+        )
+
+    def default_num_samples(self) -> int:
+        """The natural ``num_samples`` when the caller passes ``None``."""
+        return max(self.min_samples, self.sample_multiple)
+
+    @abc.abstractmethod
+    def expectation(self, problem: Problem) -> Tensor:
+        """The value of shape ``prefix`` whose logits-gradient is the estimator."""
+
+
+@ESTIMATORS.register("reinforce")
+class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
+    r"""REINFORCE (the score-function or likelihood-ratio estimator), with a baseline.
+
+    .. math:: \hat g = \frac1n \sum_{s=1}^n (f_s - \beta_s)\, s(b_s),
+        \qquad b_s \sim p_\theta \text{ independently.}
+
+    ``baseline``:
+
+    * ``None``: :math:`\beta = 0`.
+    * ``"ema"``: :math:`\beta` is an exponential moving average of past values of :math:`\bar f`
+      (``decay``), bias-corrected, updated after use, so it never depends on the current
+      samples. State: the buffers ``ema`` and ``steps``; it is updated only in training
+      mode (``estimator.train()``), and averaged across ranks when a
+      ``torch.distributed`` process group is initialised, so every rank uses the same
+      baseline.
+    * ``"optimal"``: the minimum-variance baseline per coordinate (Bengio et al. 2013, eq.
+      (9)), :math:`\beta_{s,i} = \sum_{t \ne s} s_i(b_t)^2 f_t / \sum_{t \ne s} s_i(b_t)^2`,
+      estimated leave-one-out from the *other* samples of the same call, so it stays
+      unbiased; needs ``num_samples >= 2`` (default 2).
+
+    Unbiased for every baseline. Williams (1992),
+    https://doi.org/10.1007/BF00992696; Bengio, Léonard & Courville (2013),
+    https://arxiv.org/abs/1308.3432.
+
+    Args:
+        baseline: ``None``, ``"ema"`` or ``"optimal"``.
+        decay: the moving average's decay in (0, 1), for ``"ema"``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> reinforce = hg.estimators.Reinforce(baseline="ema", decay=0.9)
+        >>> reinforce
+        Reinforce(baseline='ema', decay=0.9)
+        >>> logits = torch.zeros(3, requires_grad=True)
+        >>> value = hg.expectation(lambda b: b.sum(-1), logits, estimator=reinforce,
+        ...                        num_samples=4, generator=torch.Generator().manual_seed(0))
+        >>> value.backward(); reinforce.steps
+        tensor(1)
+    """
+
+    name: ClassVar[str] = "reinforce"
+    baselines: ClassVar[tuple[str | None, ...]] = (None, "ema", "optimal")
+
+    def __init__(self, baseline: str | None = None, *, decay: float = 0.9) -> None:
+        super().__init__()
+        if baseline not in self.baselines:
+            raise ValueError(
+                f"Expected `baseline` to be one of {self.baselines}, but found {baseline!r}"
+            )
+        decay = check_real(decay, "decay")
+        if not 0 < decay < 1:
+            raise ValueError(f"Expected 0 < `decay` < 1, but found decay={decay!r}")
+        self.baseline = baseline
+        self.decay = decay
+        if baseline == "ema":
+            self.register_buffer("ema", torch.zeros((), dtype=torch.float64))
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    @property
+    def min_samples(self) -> int:  # type: ignore[override]
+        return 2 if self.baseline == "optimal" else 1
+
+    def extra_repr(self) -> str:
+        text = f"baseline={self.baseline!r}"
+        return text + (f", decay={self.decay}" if self.baseline == "ema" else "")
+
+    def expectation(self, problem: Problem) -> Tensor:
+        theta = problem.work_logits
+        n = problem.num_samples
+        samples = problem.sample(n, theta)
+        values = problem.evaluate(samples)
+        f = values.detach().to(theta.dtype)
+        scores = problem.score(samples, theta)
+        if self.baseline == "optimal":
+            weights = problem.spread(f) - _leave_one_out_optimal_baseline(problem, f, scores)
+        elif self.baseline == "ema":
+            weights = problem.spread(f - self._current_ema(f))
+            self._update_ema(f)
+        else:
+            weights = problem.spread(f)
+        return attach_gradient(problem, values.mean(0), (weights * scores).mean(0))
+
+    def _current_ema(self, f: Tensor) -> Tensor:
+        steps = self.steps.to(torch.float64)
+        correction = (1 - self.decay**steps).clamp_min(torch.finfo(torch.float64).tiny)
+        current = torch.where(self.steps > 0, self.ema / correction, 0.0)
+        return current.to(device=f.device, dtype=f.dtype)
+
+    @torch.no_grad()
+    def _update_ema(self, f: Tensor) -> None:
+        if not self.training:
+            return
+        mean = f.mean().to(device=self.ema.device, dtype=torch.float64)
+        mean = _average_across_ranks(mean)
+        self.ema.mul_(self.decay).add_((1 - self.decay) * mean)
+        self.steps.add_(1)
+
+
+def _leave_one_out_optimal_baseline(problem: Problem, f: Tensor, scores: Tensor) -> Tensor:
+    """Per coordinate, ``sum_{t != s} s_t^2 f_t / sum_{t != s} s_t^2`` (0 where the
+    denominator is 0), summed without cancellation through an (n, n) off-diagonal mask."""
+    n = scores.shape[0]
+    others = 1 - torch.eye(n, dtype=scores.dtype, device=scores.device)
+    squares = scores * scores
+    numerator = torch.tensordot(others, squares * problem.spread(f), dims=([1], [0]))
+    denominator = torch.tensordot(others, squares, dims=([1], [0]))
+    safe = torch.where(denominator > 0, denominator, 1)
+    return torch.where(denominator > 0, numerator / safe, 0)
+
+
+def _average_across_ranks(x: Tensor) -> Tensor:
+    """The mean of ``x`` over the ranks of the default process group, when one is up."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        x = x.clone()
+        dist.all_reduce(x)
+        x /= dist.get_world_size()
+    return x
+
+
+@ESTIMATORS.register("rloo")
+class RLOO(ScoreFunctionEstimator):
+    r"""REINFORCE with the leave-one-out baseline (RLOO).
+
+    .. math:: \hat g = \frac1n \sum_s \Big(f_s - \frac{1}{n-1}\sum_{t \ne s} f_t\Big) s(b_s)
+        = \frac{1}{n-1} \sum_s (f_s - \bar f)\, s(b_s).
+
+    Unbiased; needs ``num_samples >= 2`` (default 2). On the Bernoulli toy with two samples
+    its variance is :math:`(1-2t)^2 q(1-q)/4`, :math:`q = 2p(1-p)`. Kool, van Hoof &
+    Welling (2019), "Buy 4 REINFORCE samples, get a baseline for free!",
+    https://openreview.net/forum?id=r1lgTGL5DE.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(2, 3, requires_grad=True)
+        >>> value = hg.expectation(lambda b: b.sum(-1), logits, estimator="rloo",
+        ...                        num_samples=8, generator=torch.Generator().manual_seed(0))
+        >>> value.shape
+        torch.Size([2])
+    """
+
+    name: ClassVar[str] = "rloo"
+    min_samples: ClassVar[int] = 2
+
+    def __repr__(self) -> str:
+        return "RLOO()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def expectation(self, problem: Problem) -> Tensor:
+        theta = problem.work_logits
+        n = problem.num_samples
+        samples = problem.sample(n, theta)
+        values = problem.evaluate(samples)
+        f = values.detach().to(theta.dtype)
+        centred = problem.spread(f - f.mean(0))
+        gradient = (centred * problem.score(samples, theta)).sum(0) / (n - 1)
+        return attach_gradient(problem, values.mean(0), gradient)
+
+
+class _Antithetic(ScoreFunctionEstimator):
+    """Bernoulli estimators built on antithetic pairs ``(u, 1 - u)``: ``num_samples`` is even
+    and counts both members of every pair."""
+
+    dists: ClassVar[tuple[str, ...]] = ("bernoulli",)
+    min_samples: ClassVar[int] = 2
+    sample_multiple: ClassVar[int] = 2
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def expectation(self, problem: Problem) -> Tensor:
+        theta = problem.work_logits
+        pairs = problem.num_samples // 2
+        u = uniform(theta, problem.generator, (pairs, *theta.shape)).to(theta.dtype)
+        first, second = self.pair(theta, u)
+        values = problem.evaluate(torch.cat((first, second)))
+        f = values.detach().to(theta.dtype)
+        difference = problem.spread(f[:pairs] - f[pairs:])
+        gradient = (difference * self.weight(theta, u, first, second)).mean(0)
+        return attach_gradient(problem, values.mean(0), gradient)
+
+    @abc.abstractmethod
+    def pair(self, theta: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        """The two samples of each pair, from the same uniforms."""
+
+    @abc.abstractmethod
+    def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        """What multiplies ``f(first) - f(second)``."""
+
+
+@ESTIMATORS.register("arm")
+class ARM(_Antithetic):
+    r"""Augment-REINFORCE-merge (ARM) for Bernoulli variables.
+
+    With :math:`u \sim U(0,1)^d` shared by a pair:
+
+    .. math:: \hat g = \big(f(\mathbb 1[u > \sigma(-\theta)]) - f(\mathbb 1[u < \sigma(\theta)])\big)
+        \,(u - \tfrac12),
+
+    averaged over ``num_samples / 2`` pairs (two evaluations each). Unbiased. Bernoulli
+    only (the categorical extension, ARSM, is not implemented). Yin & Zhou (2019),
+    https://arxiv.org/abs/1807.11143.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(3, requires_grad=True)
+        >>> value = hg.expectation(lambda b: (b - 0.4).square().sum(-1), logits,
+        ...                        estimator="arm", generator=torch.Generator().manual_seed(0))
+        >>> value.backward(); logits.grad.shape
+        torch.Size([3])
+    """
+
+    name: ClassVar[str] = "arm"
+
+    def pair(self, theta: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        return (u > torch.sigmoid(-theta)).to(u.dtype), (u < torch.sigmoid(theta)).to(u.dtype)
+
+    def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        return u - 0.5
+
+
+@ESTIMATORS.register("disarm")
+class DisARM(_Antithetic):
+    r"""DisARM: ARM with the uniforms integrated out given the antithetic pair.
+
+    With :math:`b = \mathbb 1[u < \sigma(\theta)]` and :math:`\tilde b = \mathbb 1[1 - u < \sigma(\theta)]`:
+
+    .. math:: \hat g_i = \tfrac12 \big(f(b) - f(\tilde b)\big)\,(-1)^{\tilde b_i}\,
+        \mathbb 1[b_i \ne \tilde b_i]\, \sigma(|\theta_i|),
+
+    averaged over ``num_samples / 2`` pairs. Unbiased, with variance never above ARM's; at
+    :math:`\theta = 0` a pair always disagrees, so on a one-variable objective the
+    variance is 0. Bernoulli only. Dong, Mnih & Tucker (2020),
+    https://arxiv.org/abs/2006.10680.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(1, requires_grad=True)   # the toy at phi = 0: exact every time
+        >>> hg.expectation(lambda b: (b - 0.45).square().sum(-1), logits,
+        ...                generator=torch.Generator().manual_seed(0)).backward()
+        >>> logits.grad   # p(1-p)(1-2t) = 0.25 * 0.1
+        tensor([0.0250])
+    """
+
+    name: ClassVar[str] = "disarm"
+
+    def pair(self, theta: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        p = torch.sigmoid(theta)
+        return (u < p).to(u.dtype), ((1 - u) < p).to(u.dtype)
+
+    def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        disagree = (first != second).to(u.dtype)
+        return 0.5 * (1 - 2 * second) * disagree * torch.sigmoid(theta.abs())
+
+
+@ESTIMATORS.register("exact")
+class Exact(ScoreFunctionEstimator):
+    r"""The exact expectation, by enumerating every configuration.
+
+    .. math:: E[f] = \sum_{b} p_\theta(b)\, f(b),
+
+    differentiated by ordinary autograd (so its gradient is exact, of every order, for the
+    logits and for ``f``'s parameters). The variables of each prefix entry are enumerated
+    jointly (:math:`2^m` or :math:`C^m` configurations for :math:`m` variables per entry)
+    and all prefix entries are enumerated in parallel; ``f`` is first called once on a
+    single configuration to learn the prefix. ``num_samples`` must be left ``None``.
+
+    Args:
+        max_configurations: the most configurations it will enumerate; more raise
+            ``ValueError``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> logits = torch.zeros(3, requires_grad=True)
+        >>> hg.expectation(lambda b: b.sum(-1), logits, estimator="exact")
+        tensor(1.5000, grad_fn=<SumBackward1>)
+    """
+
+    name: ClassVar[str] = "exact"
+
+    def __init__(self, max_configurations: int = 2**16) -> None:
+        self.max_configurations = check_int(max_configurations, "max_configurations", low=1)
+
+    def __repr__(self) -> str:
+        return f"Exact(max_configurations={self.max_configurations})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Exact) and other.max_configurations == self.max_configurations
+
+    def __hash__(self) -> int:
+        return hash((Exact, self.max_configurations))
+
+    def default_num_samples(self) -> int:
+        return 0
+
+    def expectation(self, problem: Problem) -> Tensor:
+        if problem.prefix_ndim is None:  # learn the prefix from one configuration
+            probe = torch.zeros((1, *problem.logits.shape), dtype=problem.logits.dtype)
+            if problem.categorical:
+                probe[..., 0] = 1
+            problem.evaluate(probe.to(problem.logits.device))
+        configurations = problem.configurations(self.max_configurations)
+        values = problem.evaluate(configurations)
+        logits = problem.logits
+        work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
+        dtype = torch.promote_types(values.dtype, work.dtype)
+        return (probabilities.to(dtype) * values.to(dtype)).sum(0).to(values.dtype)
