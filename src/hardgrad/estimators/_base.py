@@ -27,12 +27,15 @@ class Estimator(abc.ABC):
         unbiased: whether its gradient equals the true gradient in expectation.
         discrete: whether the forward value is an exact sample (one-hot / {0, 1});
             ``False`` for relaxations such as the Gumbel-softmax.
+        evaluations_per_sample: how many times :func:`hardgrad.expectation` evaluates
+            ``f`` per sample (3 for REBAR/RELAX: one hard and two relaxed inputs).
     """
 
     name: ClassVar[str] = ""
     pathwise: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
     discrete: ClassVar[bool] = True
+    evaluations_per_sample: ClassVar[int] = 1
 
     def noise(self, logits: Tensor, generator: torch.Generator | None) -> Any:
         """Draw the randomness one sample needs, shaped like ``logits`` (more for some).

@@ -33,13 +33,18 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from .._kernels import eager_plain
 from .._validation import check_positive, check_real
 from ._base import ESTIMATORS, uniform
 from ._pathwise import conditional_gumbel
 from ._problem import Problem
-from ._score import ScoreFunctionEstimator, _average_across_ranks, attach_gradient
+from ._score import (
+    ScoreFunctionEstimator,
+    _average_across_ranks,
+    attach_gradient,
+    first_order_only,
+)
 
 
 class _GradientWithVariance(torch.autograd.Function):
@@ -57,7 +62,6 @@ class _GradientWithVariance(torch.autograd.Function):
         return torch.zeros_like(like)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         (gradient,) = ctx.saved_tensors
         spread = grad.reshape(*grad.shape, *([1] * ctx.extra)).to(gradient.dtype)
@@ -72,7 +76,7 @@ class _GradientWithVariance(torch.autograd.Function):
             _average_across_ranks(torch.zeros_like(p) if g is None else g)
             for p, g in zip(ctx.params, variance_grads, strict=True)
         ]
-        return weighted, None, None, None, *grads
+        return first_order_only(weighted), None, None, None, *grads
 
 
 class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
@@ -166,6 +170,11 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
 
     # -- the estimator ------------------------------------------------------------------------
     def expectation(self, problem: Problem) -> Tensor:
+        if not eager_plain(problem.logits):
+            raise RuntimeError(
+                f"{type(self).__name__} works in eager autograd only (it calls "
+                "torch.autograd.grad), not under torch.compile or torch.func transforms"
+            )
         theta0 = problem.work_logits
         u, v = self._noise(problem, theta0)
         hard = self._hard(problem, self._relaxation(problem, theta0, u))

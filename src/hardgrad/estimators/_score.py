@@ -22,12 +22,40 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from .._kernels import eager_plain
 from .._validation import check_int, check_real
 from ..ops._autograd import cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
 from ._problem import Problem
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Identity whose backward raises: marks a gradient that must not be differentiated."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
+        raise RuntimeError(
+            "hg.expectation's score-function estimators (REINFORCE, RLOO, ARM, DisARM, REBAR, "
+            "RELAX) are first-order: their gradient cannot be differentiated again (its "
+            "derivative is not the second derivative of E[f]); use estimator='exact' for "
+            "higher orders"
+        )
+
+
+def first_order_only(gradient: Tensor) -> Tensor:
+    """``gradient``, made to raise if a double backward (``create_graph=True``) reaches it.
+
+    Eager autograd only: under ``torch.func`` transforms and ``torch.compile`` the gradient
+    is returned as is (a ``torch.func`` second derivative treats the estimate as constant).
+    """
+    if not torch.is_grad_enabled() or not eager_plain(gradient):
+        return gradient
+    return _FirstOrderOnly.apply(gradient.detach().requires_grad_())
 
 
 @cached_signature
@@ -48,11 +76,10 @@ class _ScoreGradient(torch.autograd.Function):
         ctx.extra = gradient.dim() - output.dim()
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (gradient,) = ctx.saved_tensors
         spread = grad.reshape(*grad.shape, *([1] * ctx.extra))
-        return (gradient * spread).to(gradient.dtype), None, None
+        return first_order_only((gradient * spread).to(gradient.dtype)), None, None
 
 
 def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor:
