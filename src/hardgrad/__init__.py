@@ -8,8 +8,8 @@ tensor([1., 1.])
 """
 
 from . import estimators, nn, ops, stochastic, surrogates
-from ._validation import set_validation, validation_enabled
 from ._expectation import expectation
+from ._validation import set_validation, validation_enabled
 from ._version import __version__
 from .ops import (
     binarize,

@@ -124,9 +124,7 @@ def expectation(
     return chosen.expectation(problem)
 
 
-def _check_num_samples(
-    chosen: _estimators.Estimator, dist: str, num_samples: int | None
-) -> int:
+def _check_num_samples(chosen: _estimators.Estimator, dist: str, num_samples: int | None) -> int:
     """``num_samples`` resolved to the estimator's default and checked against its needs."""
     if not isinstance(chosen, ScoreFunctionEstimator):
         return 1 if num_samples is None else check_int(num_samples, "num_samples", low=1)

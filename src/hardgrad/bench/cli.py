@@ -106,7 +106,12 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     else:
         _columns(
             (
-                [name, getattr(entry, "__name__", type(entry).__name__), _first_line(entry)]
+                [
+                    name,
+                    getattr(entry, "__name__", type(entry).__name__),
+                    _estimator_kind(entry),
+                    _first_line(entry),
+                ]
                 for name, entry in registry.items()
             ),
             out,
@@ -114,6 +119,13 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print("\nBenchmark tasks (hardgrad bench TASK):", file=out)
     _columns(([name, t.summary] for name, t in TASKS.items()), out)
     return 0
+
+
+def _estimator_kind(entry: object) -> str:
+    """``[pathwise, biased]``-style tags: where it is usable and whether it is unbiased."""
+    where = "pathwise" if getattr(entry, "pathwise", True) else "expectation only"
+    bias = "unbiased" if getattr(entry, "unbiased", False) else "biased"
+    return f"[{where}, {bias}]"
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

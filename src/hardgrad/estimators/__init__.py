@@ -14,7 +14,7 @@ REBAR, RELAX) and exact enumeration need the objective, so they work through
 
 from ._base import ESTIMATORS, Estimator, get, gumbel_noise, resolve
 from ._pathwise import GST, ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
-from ._relax import RELAX, REBAR
+from ._relax import REBAR, RELAX
 from ._score import ARM, RLOO, DisARM, Exact, Reinforce, ScoreFunctionEstimator
 
 __all__ = [
@@ -30,8 +30,8 @@ __all__ = [
     "Exact",
     "GumbelRao",
     "GumbelSoftmax",
-    "Reinforce",
     "ReinMax",
+    "Reinforce",
     "STGumbel",
     "STIdentity",
     "ScoreFunctionEstimator",

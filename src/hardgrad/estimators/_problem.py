@@ -93,7 +93,9 @@ class Problem:
     def evaluate(self, samples: Tensor) -> Tensor:
         """``f`` at ``samples`` (canonical, ``(n, *logits)``), checked to be ``(n, *prefix)``."""
         values = self.f(self.to_caller(samples.to(self.logits.dtype)))
-        self.prefix_ndim = check_values(values, samples.shape[0], self.batch_shape, self.prefix_ndim)
+        self.prefix_ndim = check_values(
+            values, samples.shape[0], self.batch_shape, self.prefix_ndim
+        )
         return values
 
     def spread(self, values: Tensor) -> Tensor:

@@ -52,8 +52,13 @@ class _GradientWithVariance(torch.autograd.Function):
     :math:`\\sum (w \\odot \\hat g)^2` through the graph :math:`\\hat g` was built with."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, logits: Tensor, gradient: Tensor, like: Tensor, graph: list[Tensor], *params: Tensor
+    def forward(
+        ctx: Any,
+        logits: Tensor,
+        gradient: Tensor,
+        like: Tensor,
+        graph: list[Tensor],
+        *params: Tensor,
     ) -> Tensor:
         ctx.save_for_backward(gradient)
         (ctx.graph,) = graph  # in a list, so that autograd adds no edge into its history
@@ -62,14 +67,17 @@ class _GradientWithVariance(torch.autograd.Function):
         return torch.zeros_like(like)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (gradient,) = ctx.saved_tensors
         spread = grad.reshape(*grad.shape, *([1] * ctx.extra)).to(gradient.dtype)
         weighted = gradient * spread
         # retain_graph: a second backward(retain_graph=True) of the result needs it again;
         # it is freed with this node.
         variance_grads = torch.autograd.grad(
-            ctx.graph, ctx.params, grad_outputs=2 * weighted * spread, allow_unused=True,
+            ctx.graph,
+            ctx.params,
+            grad_outputs=2 * weighted * spread,
+            allow_unused=True,
             retain_graph=True,
         )
         grads = [

@@ -34,11 +34,11 @@ class _FirstOrderOnly(torch.autograd.Function):
     """Identity whose backward raises: marks a gradient that must not be differentiated."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor) -> Tensor:
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
         raise RuntimeError(
             "hg.expectation's score-function estimators (REINFORCE, RLOO, ARM, DisARM, REBAR, "
             "RELAX) are first-order: their gradient cannot be differentiated again (its "
@@ -107,9 +107,7 @@ class ScoreFunctionEstimator(Estimator):
     sample_multiple: ClassVar[int] = 1
 
     def categorical(self, logits: Tensor, noise: Any, dim: int) -> Tensor:
-        raise TypeError(
-            f"{type(self).__name__} needs the objective: use it through hg.expectation"
-        )
+        raise TypeError(f"{type(self).__name__} needs the objective: use it through hg.expectation")
 
     def default_num_samples(self) -> int:
         """The natural ``num_samples`` when the caller passes ``None``."""
@@ -162,6 +160,8 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     """
 
     name: ClassVar[str] = "reinforce"
+    ema: Tensor
+    steps: Tensor
     baselines: ClassVar[tuple[str | None, ...]] = (None, "ema", "optimal")
 
     def __init__(self, baseline: str | None = None, *, decay: float = 0.9) -> None:
