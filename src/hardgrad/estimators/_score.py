@@ -396,8 +396,8 @@ class Exact(ScoreFunctionEstimator):
     differentiated by ordinary autograd (so its gradient is exact, of every order, for the
     logits and for ``f``'s parameters). The variables of each prefix entry are enumerated
     jointly (:math:`2^m` or :math:`C^m` configurations for :math:`m` variables per entry)
-    and all prefix entries are enumerated in parallel; ``f`` is first called once on a
-    single configuration to learn the prefix. ``num_samples`` must be left ``None``.
+    and all prefix entries are enumerated in parallel; when the logits have batch
+    dimensions, ``f`` is first called once on a single configuration to learn the prefix. ``num_samples`` must be left ``None``.
 
     Args:
         max_configurations: the most configurations it will enumerate; more raise
@@ -428,6 +428,8 @@ class Exact(ScoreFunctionEstimator):
         return 0
 
     def expectation(self, problem: Problem) -> Tensor:
+        if problem.prefix_ndim is None and not problem.batch_shape:
+            problem.prefix_ndim = 0  # no batch dimension: the prefix can only be empty
         if problem.prefix_ndim is None:  # learn the prefix from one configuration
             probe = torch.zeros((1, *problem.logits.shape), dtype=problem.logits.dtype)
             if problem.categorical:
