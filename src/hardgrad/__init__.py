@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import estimators, nn, ops, stochastic, surrogates
+from . import diagnostics, estimators, nn, ops, stochastic, surrogates
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -34,6 +34,7 @@ __all__ = [
     "categorical",
     "ceil",
     "clamp",
+    "diagnostics",
     "estimators",
     "expectation",
     "floor",

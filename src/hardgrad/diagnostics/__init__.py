@@ -1,0 +1,15 @@
+r"""Diagnostics: exact gradients, estimator quality on your objective.
+
+* :func:`exact_gradient`: :math:`\nabla_\theta \sum_j E[f_j(b)]` by enumeration;
+* :func:`gradient_samples`: independent draws of an estimator's gradient;
+* :func:`compare`: bias, spread, cosine, SNR, MSE and cost of several estimators against
+  the exact gradient (a :class:`Comparison`).
+
+Diagnostics use the ops, samplers and :func:`hardgrad.expectation`; nothing there imports
+them back.
+"""
+
+from ._compare import Comparison, ComparisonRow, compare
+from ._gradients import exact_gradient, gradient_samples
+
+__all__ = ["Comparison", "ComparisonRow", "compare", "exact_gradient", "gradient_samples"]
