@@ -3,7 +3,9 @@ r"""Diagnostics: exact gradients, estimator quality on your objective.
 * :func:`exact_gradient`: :math:`\nabla_\theta \sum_j E[f_j(b)]` by enumeration;
 * :func:`gradient_samples`: independent draws of an estimator's gradient;
 * :func:`compare`: bias, spread, cosine, SNR, MSE and cost of several estimators against
-  the exact gradient (a :class:`Comparison`).
+  the exact gradient (a :class:`Comparison`);
+* :func:`probe`: autograd's derivative at chosen points next to the one-sided difference
+  quotients, with kinks and autograd's convention there.
 
 Diagnostics use the ops, samplers and :func:`hardgrad.expectation`; nothing there imports
 them back.
@@ -11,5 +13,15 @@ them back.
 
 from ._compare import Comparison, ComparisonRow, compare
 from ._gradients import exact_gradient, gradient_samples
+from ._probe import ProbePoint, ProbeReport, probe
 
-__all__ = ["Comparison", "ComparisonRow", "compare", "exact_gradient", "gradient_samples"]
+__all__ = [
+    "Comparison",
+    "ComparisonRow",
+    "ProbePoint",
+    "ProbeReport",
+    "compare",
+    "exact_gradient",
+    "gradient_samples",
+    "probe",
+]
