@@ -4,6 +4,8 @@ r"""Diagnostics: exact gradients, estimator quality on your objective.
 * :func:`gradient_samples`: independent draws of an estimator's gradient;
 * :func:`compare`: bias, spread, cosine, SNR, MSE and cost of several estimators against
   the exact gradient (a :class:`Comparison`);
+* :func:`audit`: a context manager that reports where gradient flow dies or is altered in
+  your forward and backward, with your ``file:line`` and a suggestion;
 * :func:`probe`: autograd's derivative at chosen points next to the one-sided difference
   quotients, with kinks and autograd's convention there.
 
@@ -11,15 +13,19 @@ Diagnostics use the ops, samplers and :func:`hardgrad.expectation`; nothing ther
 them back.
 """
 
+from ._audit import AuditReport, Finding, audit
 from ._compare import Comparison, ComparisonRow, compare
 from ._gradients import exact_gradient, gradient_samples
 from ._probe import ProbePoint, ProbeReport, probe
 
 __all__ = [
+    "AuditReport",
     "Comparison",
     "ComparisonRow",
+    "Finding",
     "ProbePoint",
     "ProbeReport",
+    "audit",
     "compare",
     "exact_gradient",
     "gradient_samples",
