@@ -7,6 +7,9 @@ Subcommands:
 * ``hardgrad bench [TASK ...] [--quick] [--out DIR] [--seed N] [--device D]``: run
   benchmark tasks (all of them when none is named); progress on stderr, result tables on
   stdout, ``DIR/results.json`` and ``DIR/report.md`` (and plots) with ``--out``.
+* ``hardgrad audit SCRIPT [ARGS ...]``: run a Python script (as ``python SCRIPT ARGS``)
+  under :func:`hardgrad.diagnostics.audit` and print where gradient flow dies or is
+  altered in it.
 """
 
 from __future__ import annotations
@@ -167,6 +170,36 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import runpy
+    import traceback
+
+    from ..diagnostics import audit
+
+    script = Path(args.script)
+    if not script.is_file():
+        args.audit_parser.error(f"no such script: {script}")
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args.args]
+    sys.path.insert(0, str(script.resolve().parent))
+    code = 0
+    try:
+        with audit() as report:
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                code = (
+                    exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                )
+            except Exception:  # the script failed: show it, and what was found until then
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    print(report)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hardgrad`` command."""
     from . import TASKS
@@ -217,6 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="intra-op threads (default: the cores this process may use)",
     )
     bench.set_defaults(handler=_bench, bench_parser=bench)
+
+    auditing = commands.add_parser(
+        "audit",
+        help="run a script under hardgrad.diagnostics.audit() and print the findings",
+        description="Run SCRIPT with ARGS (like `python SCRIPT ARGS`) and report every place "
+        "where gradient flow dies or is altered: zero-gradient ops, graph cuts, parameters "
+        "without gradient.",
+    )
+    auditing.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    auditing.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script"
+    )
+    auditing.set_defaults(handler=_audit, audit_parser=auditing)
     return parser
 
 
