@@ -7,6 +7,9 @@ Subcommands:
 * ``hardgrad bench [TASK ...] [--quick] [--out DIR] [--seed N] [--device D]``: run
   benchmark tasks (all of them when none is named); progress on stderr, result tables on
   stdout, ``DIR/results.json`` and ``DIR/report.md`` (and plots) with ``--out``.
+* ``hardgrad plot [--out DIR]``: PNGs of every op's forward and backward per surrogate and
+  of every estimator's gradient distribution on the Bernoulli toy
+  (:mod:`hardgrad.bench.plots`).
 * ``hardgrad audit SCRIPT [ARGS ...]``: run a Python script (as ``python SCRIPT ARGS``)
   under :func:`hardgrad.diagnostics.audit` and print where gradient flow dies or is
   altered in it.
@@ -200,6 +203,20 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return code
 
 
+def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        from .plots import plot_all
+    except ImportError as error:  # pragma: no cover - matplotlib missing
+        print(
+            f"hardgrad plot needs matplotlib (pip install hardgrad[bench]): {error}",
+            file=sys.stderr,
+        )
+        return 1
+    for path in plot_all(args.out, draws=args.draws, seed=args.seed):
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hardgrad`` command."""
     from . import TASKS
@@ -250,6 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="intra-op threads (default: the cores this process may use)",
     )
     bench.set_defaults(handler=_bench, bench_parser=bench)
+
+    plotting = commands.add_parser(
+        "plot",
+        help="draw every op x surrogate and every estimator's toy gradient distribution",
+        description="PNGs of every elementwise op's forward and its backward with each "
+        "surrogate, and of every estimator's gradient distribution on the Bernoulli toy.",
+    )
+    plotting.add_argument(
+        "--out", type=Path, default=Path("plots"), metavar="DIR", help="folder (default plots/)"
+    )
+    plotting.add_argument(
+        "--draws", type=int, default=20000, metavar="N", help="toy draws per estimator"
+    )
+    plotting.add_argument("--seed", type=int, default=0, metavar="N", help="random seed")
+    plotting.set_defaults(handler=_plot)
 
     auditing = commands.add_parser(
         "audit",
