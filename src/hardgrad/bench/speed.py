@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from ..ops import OPS, OpSpec
+from ._speed_audit import audit_table, run_audit_overhead
 from ._speed_candidates import (
     ALTERNATIVES,
     Candidate,
@@ -105,6 +106,7 @@ class SpeedConfig:
             pathwise estimator of ``ESTIMATORS`` and ``bernoulli/st``; ``()``: no samplers.
         compile_samplers: the sampler rows timed under compile (``None``: all of
             ``samplers``), with the alternatives they are compared with.
+        audit: time a training step with and without :func:`hardgrad.diagnostics.audit`.
     """
 
     numel: int = 2**22
@@ -119,6 +121,7 @@ class SpeedConfig:
     plot: bool = True
     samplers: tuple[str, ...] | None = None
     compile_samplers: tuple[str, ...] | None = None
+    audit: bool = True
 
 
 #: Ops compiled in the ``--quick`` setting (compiling all of them takes minutes on 2 cores).
@@ -385,7 +388,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         "speed",
         len(names) * (2 if config.small_numel else 1)
         + len(compiled_names)
-        + progress_steps(sampler_rows, compiled_samplers),
+        + progress_steps(sampler_rows, compiled_samplers)
+        + (1 if config.audit else 0),
     )
     t_start = time.perf_counter()
     load_before = _load_average()
@@ -405,6 +409,10 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             rng,
             progress,
         )
+        audit_overhead = None
+        if config.audit:
+            audit_overhead = run_audit_overhead(settings, config.rounds, config.min_run_time, rng)
+            progress.advance("audit() overhead")
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
@@ -412,6 +420,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         "ops": ops,
         "compiled_ops": compiled_names,
         "samplers": samplers,
+        "audit_overhead": audit_overhead,
         "threads": torch.get_num_threads(),
         "load_average_before": load_before,
         "load_average_after": _load_average(),
@@ -428,6 +437,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         result.tables = tables(ops, names, compiled_names)
         result.notes = notes(ops, names, compiled_names, config, settings)
     result.tables += sampler_tables(samplers, config)
+    if audit_overhead is not None:
+        result.tables.append(audit_table(audit_overhead))
     if data["load_average_before"] is not None:
         result.notes.append(
             "1-minute load average of the machine: "

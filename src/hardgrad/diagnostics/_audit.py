@@ -191,8 +191,16 @@ def _display(func: Any, name: str) -> str:
 
 
 def _requires_grad(args: Any, kwargs: Any) -> bool:
-    leaves, _ = tree_flatten((args, kwargs))
-    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)
+    """Whether a tensor among the arguments (or in a list/tuple of them) requires grad."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                return True
+        elif isinstance(value, (list, tuple)) and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in value
+        ):
+            return True
+    return False
 
 
 def _casts_to_non_float(name: str, args: Any, kwargs: Any) -> bool:
@@ -241,10 +249,10 @@ class _Recorder:
         if name in BACKWARD:
             self.backward_seen = True
             return
+        if not _requires_grad(args, kwargs):
+            return
         caller = _caller(frame)
         if caller is None or _is_library(caller.f_code.co_filename):
-            return
-        if not _requires_grad(args, kwargs):
             return
         location = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
