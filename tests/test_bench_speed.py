@@ -170,3 +170,21 @@ def test_unknown_op_is_a_value_error() -> None:
             configs={"speed": SpeedConfig(ops=("nope",))},
             progress=PlainProgress(),
         )
+
+
+def test_audit_overhead_rows_are_finite_and_the_watched_step_is_clean():
+    import math
+    import random
+
+    from hardgrad.bench._speed_audit import SIZES, audit_table, run_audit_overhead
+    from hardgrad.bench._task import BenchSettings
+
+    results = run_audit_overhead(BenchSettings(threads=1), 1, 0.001, random.Random(0))
+    assert list(results) == [label for label, _, _ in SIZES]
+    for r in results.values():
+        assert r["findings"] == 0  # hardgrad ops and plain layers: nothing to report
+        assert r["torch_calls_watched"] > 10
+        assert math.isfinite(r["ratio"]) and r["ratio"] > 0
+        assert r["plain_ms"] > 0 and r["audit_ms"] > 0
+    table = audit_table(results)
+    assert len(table.rows) == len(SIZES) and len(table.columns) == len(table.rows[0])
