@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -79,7 +78,10 @@ LEAVES = {
     "numpy": "the values leave autograd (fine for logging; not if they feed the loss)",
 }
 NO_GRAD_HINT = "move this computation out of torch.no_grad() if it should be trained"
-BACKWARD = {"backward", "grad"}
+#: Calls that fill ``.grad`` (``torch.autograd.grad`` returns gradients instead, so after it
+#: an empty ``.grad`` means nothing).
+BACKWARD = {"backward"}
+_OPS_DIR = os.path.join(_HARDGRAD_DIR, "ops")
 
 
 @dataclass
@@ -160,6 +162,18 @@ def _is_plumbing(filename: str) -> bool:
     return known
 
 
+def _called_by_hardgrad_op(frame: FrameType) -> bool:
+    """Whether user code at ``frame`` runs inside a hardgrad op (e.g. the ``hard`` and
+    ``soft`` callables of :func:`hardgrad.straight_through`, whose forward is meant to be
+    hard)."""
+    parent = frame.f_back
+    while parent is not None:
+        if os.path.abspath(parent.f_code.co_filename).startswith(_OPS_DIR):
+            return True
+        parent = parent.f_back
+    return False
+
+
 def _caller(frame: FrameType | None) -> FrameType | None:
     """The frame that called the torch function: past this module and torch's own
     dispatch plumbing (``torch/overrides.py``, ``torch/_tensor.py``'s operator wrappers)."""
@@ -230,7 +244,9 @@ class _Recorder:
         self.report = report
         self.counts: dict[tuple[str, str, str], Finding] = {}
         self.backward_seen = False
-        self.modules: list[tuple[weakref.ref[torch.nn.Module], str]] = []
+        # Strong references: a model built inside a function is gone by the end of the block,
+        # but its parameters must still be checked; they are released with the recorder.
+        self.modules: list[tuple[torch.nn.Module, str]] = []
         self.module_ids: set[int] = set()
         self.grad_versions: dict[int, int | None] = {}
 
@@ -254,21 +270,25 @@ class _Recorder:
         caller = _caller(frame)
         if caller is None or _is_library(caller.f_code.co_filename):
             return
-        location = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
         qualified = _display(func, name)
+        finding: tuple[str, str, str] | None = None
         if name in LEAVES:
-            self.add("graph_cut", f"Tensor.{name}", location, LEAVES[name])
+            finding = ("graph_cut", f"Tensor.{name}", LEAVES[name])
         elif not torch.is_grad_enabled():
-            self.add("graph_cut", f"{qualified} under torch.no_grad()", location, NO_GRAD_HINT)
+            finding = ("graph_cut", f"{qualified} under torch.no_grad()", NO_GRAD_HINT)
         elif base in ROUNDING:
-            self.add("zero_gradient", qualified, location, ROUNDING[base])
+            finding = ("zero_gradient", qualified, ROUNDING[base])
         elif base in COMPARISONS:
-            self.add("zero_gradient", f"comparison ({qualified})", location, COMPARISON_HINT)
+            finding = ("zero_gradient", f"comparison ({qualified})", COMPARISON_HINT)
         elif base in INDICES:
-            self.add("graph_cut", f"{qualified} indices", location, INDICES[base])
+            finding = ("graph_cut", f"{qualified} indices", INDICES[base])
         elif _casts_to_non_float(base, args, kwargs):
-            self.add("graph_cut", f"integer/bool cast {qualified}", location, CAST_HINT)
+            finding = ("graph_cut", f"integer/bool cast {qualified}", CAST_HINT)
+        # The hard/soft functions a user hands to hg.straight_through are meant to be hard.
+        if finding is not None and not _called_by_hardgrad_op(caller):
+            kind, op, suggestion = finding
+            self.add(kind, op, f"{caller.f_code.co_filename}:{caller.f_lineno}", suggestion)
 
     # -- parameters ------------------------------------------------------------------------
     def module_called(self, module: torch.nn.Module, _inputs: Any) -> None:
@@ -285,7 +305,7 @@ class _Recorder:
         if id(module) in self.module_ids:
             return
         self.module_ids.add(id(module))
-        self.modules.append((weakref.ref(module), where))
+        self.modules.append((module, where))
         for p in module.parameters():
             if id(p) not in self.grad_versions:
                 self.grad_versions[id(p)] = None if p.grad is None else p.grad._version
@@ -294,10 +314,7 @@ class _Recorder:
         if not self.backward_seen:
             return
         seen: set[int] = set()
-        for ref, where in self.modules:
-            module = ref()
-            if module is None:
-                continue
+        for module, where in self.modules:
             for pname, p in module.named_parameters():
                 if id(p) in seen or not p.requires_grad:
                     continue
