@@ -69,7 +69,7 @@ class _GradientWithVariance(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (gradient,) = ctx.saved_tensors
-        spread = grad.reshape(*grad.shape, *([1] * ctx.extra)).to(gradient.dtype)
+        spread = grad.reshape(tuple(grad.shape) + (1,) * ctx.extra).to(gradient.dtype)
         weighted = gradient * spread
         # retain_graph: a second backward(retain_graph=True) of the result needs it again;
         # it is freed with this node.

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._kernels import eager_plain
+from .._kernels import eager_plain, finite
 from .._validation import check_int, check_real
 from ..ops._autograd import cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
@@ -78,7 +78,7 @@ class _ScoreGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (gradient,) = ctx.saved_tensors
-        spread = grad.reshape(*grad.shape, *([1] * ctx.extra))
+        spread = grad.reshape(tuple(grad.shape) + (1,) * ctx.extra)  # () for 0-dim logits
         return first_order_only((gradient * spread).to(gradient.dtype)), None, None
 
 
@@ -438,7 +438,9 @@ class Exact(ScoreFunctionEstimator):
         configurations = problem.configurations(self.max_configurations)
         values = problem.evaluate(configurations)
         logits = problem.logits
-        work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        # +-inf -> +-(a large finite value): a forced category then has log-probability 0
+        # instead of inf - inf = NaN.
+        work = finite(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits)
         probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
         dtype = torch.promote_types(values.dtype, work.dtype)
         return (probabilities.to(dtype) * values.to(dtype)).sum(0).to(values.dtype)
