@@ -93,30 +93,32 @@ def test_reinforce_ema_baseline_arithmetic_and_timing():
     decay = 0.8
     est = Reinforce(baseline="ema", decay=decay)
     assert est.training
-    assert est.ema.dtype == F64 and float(est.ema) == 0.0 and int(est.steps) == 0
+    # The average is kept in float32 (torch.compile drops float64 buffer updates), so the
+    # baseline carries float32 rounding: comparisons involving it use rtol 1e-6.
+    assert est.ema.dtype == torch.float32 and float(est.ema) == 0.0 and int(est.steps) == 0
     theta = torch.tensor([0.3, -0.7, 1.1, 0.0], dtype=F64, requires_grad=True)
 
     # First call: baseline 0; afterwards steps == 1 and the corrected baseline is mean f.
     b, f, grad = _ema_call(est, theta, seed=1)
-    torch.testing.assert_close(grad, _by_hand(b, f, theta, 0.0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, _by_hand(b, f, theta, 0.0), rtol=1e-6, atol=1e-6)
     assert int(est.steps) == 1
     ema = (1 - decay) * float(f.mean())
-    assert float(est.ema) == pytest.approx(ema, rel=1e-14, abs=1e-15)
-    assert float(est.ema) / (1 - decay) == pytest.approx(float(f.mean()), rel=1e-13)
+    assert float(est.ema) == pytest.approx(ema, rel=1e-6, abs=1e-7)
+    assert float(est.ema) / (1 - decay) == pytest.approx(float(f.mean()), rel=1e-6)
 
     # Later calls: the gradient uses the baseline from BEFORE the call, then it updates.
     for step, seed in enumerate((2, 3, 4, 5), start=1):
         beta_before = ema / (1 - decay**step)
         b, f, grad = _ema_call(est, theta, seed=seed)
         expected = _by_hand(b, f, theta, beta_before)
-        torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad, expected, rtol=1e-6, atol=1e-6)
         ema = decay * ema + (1 - decay) * float(f.mean())
         beta_after = ema / (1 - decay ** (step + 1))
         # The check discriminates: the updated baseline would give another gradient.
         assert abs(beta_after - beta_before) > 1e-3
         assert not torch.allclose(grad, _by_hand(b, f, theta, beta_after), rtol=1e-6, atol=1e-9)
         assert int(est.steps) == step + 1
-        assert float(est.ema) == pytest.approx(ema, rel=1e-13)
+        assert float(est.ema) == pytest.approx(ema, rel=1e-6)
 
     # Eval mode: the baseline is used but the state does not move.
     est.eval()
@@ -124,16 +126,16 @@ def test_reinforce_ema_baseline_arithmetic_and_timing():
     beta = float(est.ema) / (1 - decay ** int(est.steps))
     for seed in (6, 7):
         b, f, grad = _ema_call(est, theta, seed=seed)
-        torch.testing.assert_close(grad, _by_hand(b, f, theta, beta), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad, _by_hand(b, f, theta, beta), rtol=1e-6, atol=1e-6)
     assert torch.equal(est.ema, ema_before) and torch.equal(est.steps, steps_before)
 
     # Back in training mode it moves again.
     est.train()
     b, f, grad = _ema_call(est, theta, seed=8)
-    torch.testing.assert_close(grad, _by_hand(b, f, theta, beta), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, _by_hand(b, f, theta, beta), rtol=1e-6, atol=1e-6)
     assert int(est.steps) == int(steps_before) + 1
     expected_ema = decay * float(ema_before) + (1 - decay) * float(f.mean())
-    assert float(est.ema) == pytest.approx(expected_ema, rel=1e-13)
+    assert float(est.ema) == pytest.approx(expected_ema, rel=1e-6)
 
 
 def test_reinforce_ema_weights_by_upstream_gradient_per_prefix_entry():
@@ -158,7 +160,7 @@ def test_reinforce_ema_weights_by_upstream_gradient_per_prefix_entry():
     expected = w.unsqueeze(-1) * (
         (f2 - beta).unsqueeze(-1) * (second - torch.sigmoid(theta.detach()))
     ).mean(0)
-    torch.testing.assert_close(theta.grad, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(theta.grad, expected, rtol=1e-6, atol=1e-6)  # float32 average
 
 
 @pytest.mark.parametrize("decay", [0, 1, -1, 1.5, 0.0, 1.0, math.nan])

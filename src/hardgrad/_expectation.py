@@ -130,7 +130,7 @@ def _check_num_samples(chosen: _estimators.Estimator, dist: str, num_samples: in
         return 1 if num_samples is None else check_int(num_samples, "num_samples", low=1)
     if dist not in chosen.dists:
         raise ValueError(
-            f"Expected `dist` to be one the estimator {chosen!r} is defined for "
+            f"Expected `dist` to be one that the estimator {chosen!r} is defined for "
             f"({', '.join(chosen.dists)}), but found dist={dist!r}"
         )
     if isinstance(chosen, _estimators.Exact):

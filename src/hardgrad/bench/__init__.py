@@ -15,7 +15,7 @@ import torch
 
 # Task modules register themselves on import (registration order = import order); add new
 # ones next to ``speed``.
-from . import speed
+from . import speed, toy
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "run_tasks",
     "speed",
     "task",
+    "toy",
 ]
 
 

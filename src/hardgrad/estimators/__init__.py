@@ -14,6 +14,7 @@ REBAR, RELAX) and exact enumeration need the objective, so they work through
 
 from ._base import ESTIMATORS, Estimator, get, gumbel_noise, resolve
 from ._pathwise import GST, ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
+from ._problem import Problem
 from ._relax import REBAR, RELAX
 from ._score import ARM, RLOO, DisARM, Exact, Reinforce, ScoreFunctionEstimator
 
@@ -30,6 +31,7 @@ __all__ = [
     "Exact",
     "GumbelRao",
     "GumbelSoftmax",
+    "Problem",
     "ReinMax",
     "Reinforce",
     "STGumbel",

@@ -28,7 +28,8 @@ class Estimator(abc.ABC):
         discrete: whether the forward value is an exact sample (one-hot / {0, 1});
             ``False`` for relaxations such as the Gumbel-softmax.
         evaluations_per_sample: how many times :func:`hardgrad.expectation` evaluates
-            ``f`` per sample (3 for REBAR/RELAX: one hard and two relaxed inputs).
+            ``f`` per sample (3 for REBAR and for RELAX with ``use_objective=True``: one
+            hard and two relaxed inputs).
     """
 
     name: ClassVar[str] = ""

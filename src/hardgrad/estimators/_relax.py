@@ -15,7 +15,8 @@ unbiased for any differentiable :math:`c`. Here
 :math:`c(z) = \eta\, f(\sigma_\lambda(z)) + r_\rho(z)` with the relaxation
 :math:`\sigma_\lambda(z) = \sigma(z/\lambda)` or :math:`\operatorname{softmax}(z/\lambda)`.
 The scale :math:`\eta` (``scale``), the temperature :math:`\lambda` (stored as ``log_tau``)
-and the network :math:`r_\rho` are ``nn.Parameter``\ s that :math:`\hat g` depends on; after
+and the parameters :math:`\rho` of the network :math:`r_\rho` are ``nn.Parameter``\ s that
+:math:`\hat g` depends on; after
 ``backward()`` they hold :math:`\partial/\partial\phi\,\sum (w \odot \hat g)^2`, the gradient
 of the estimator's variance (its mean does not depend on them), where :math:`w` is the
 gradient flowing into :func:`hardgrad.expectation`'s result.
@@ -60,7 +61,7 @@ class _GradientWithVariance(torch.autograd.Function):
         graph: list[Tensor],
         *params: Tensor,
     ) -> Tensor:
-        ctx.save_for_backward(gradient)
+        ctx.save_for_backward(gradient, logits)
         (ctx.graph,) = graph  # in a list, so that autograd adds no edge into its history
         ctx.params = params
         ctx.extra = gradient.dim() - like.dim()
@@ -68,7 +69,7 @@ class _GradientWithVariance(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        (gradient,) = ctx.saved_tensors
+        gradient, logits = ctx.saved_tensors
         spread = grad.reshape(tuple(grad.shape) + (1,) * ctx.extra).to(gradient.dtype)
         weighted = gradient * spread
         # retain_graph: a second backward(retain_graph=True) of the result needs it again;
@@ -84,7 +85,7 @@ class _GradientWithVariance(torch.autograd.Function):
             _average_across_ranks(torch.zeros_like(p) if g is None else g)
             for p, g in zip(ctx.params, variance_grads, strict=True)
         ]
-        return first_order_only(weighted), None, None, None, *grads
+        return first_order_only(weighted, logits), None, None, None, *grads
 
 
 class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
@@ -231,8 +232,7 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
 class REBAR(_LearnedControlVariate):
     r"""REBAR: the relaxed objective as a control variate, with learned scale and temperature.
 
-    :math:`c(z) = \eta\, f(\sigma_\lambda(z))` in the estimator of the module docstring
-    (:mod:`hardgrad.estimators._relax`):
+    The control-variate estimator above with :math:`c(z) = \eta\, f(\sigma_\lambda(z))`:
 
     .. math::
 
@@ -269,8 +269,15 @@ class REBAR(_LearnedControlVariate):
 class RELAX(_LearnedControlVariate):
     r"""RELAX: REBAR's control variate plus a learned network.
 
-    :math:`c(z) = \eta\, f(\sigma_\lambda(z)) + r_\rho(z)` in the estimator of the module
-    docstring (:mod:`hardgrad.estimators._relax`), with :math:`r_\rho` = ``control_variate``.
+    The control-variate estimator
+
+    .. math::
+
+        \hat g = \big(f(b) - c(\tilde z)\big)\nabla_\theta\log p_\theta(b)
+                 + \nabla_\theta c(z) - \nabla_\theta c(\tilde z),
+        \qquad c(z) = \eta\, f(\sigma_\lambda(z)) + r_\rho(z),
+
+    with :math:`r_\rho` = ``control_variate``.
     ``r`` receives :math:`z` in the caller's layout, shape ``(n, *logits.shape)`` (the
     logistic / Gumbel-perturbed logits, not the relaxed sample), and returns ``(n, *prefix)``;
     like ``f``, its value at a prefix entry may depend only on that entry's variables. With

@@ -31,14 +31,16 @@ from ._problem import Problem
 
 
 class _FirstOrderOnly(torch.autograd.Function):
-    """Identity whose backward raises: marks a gradient that must not be differentiated."""
+    """Identity in ``x``, tied to ``anchor`` (the logits) so that any second derivative
+    with respect to them (``backward``, ``autograd.grad``, ``autograd.functional.hessian``)
+    reaches this node, whose backward raises."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, anchor: Tensor) -> Tensor:
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
         raise RuntimeError(
             "hg.expectation's score-function estimators (REINFORCE, RLOO, ARM, DisARM, REBAR, "
             "RELAX) are first-order: their gradient cannot be differentiated again (its "
@@ -47,15 +49,16 @@ class _FirstOrderOnly(torch.autograd.Function):
         )
 
 
-def first_order_only(gradient: Tensor) -> Tensor:
-    """``gradient``, made to raise if a double backward (``create_graph=True``) reaches it.
+def first_order_only(gradient: Tensor, logits: Tensor) -> Tensor:
+    """``gradient``, made to raise if a second derivative (``create_graph=True``) reaches it.
 
     Eager autograd only: under ``torch.func`` transforms and ``torch.compile`` the gradient
-    is returned as is (a ``torch.func`` second derivative treats the estimate as constant).
+    is returned as is, so a nested ``torch.func.grad`` sees the estimate as a constant (its
+    second derivative comes out 0: not supported).
     """
     if not torch.is_grad_enabled() or not eager_plain(gradient):
         return gradient
-    return _FirstOrderOnly.apply(gradient.detach().requires_grad_())
+    return _FirstOrderOnly.apply(gradient.detach(), logits)
 
 
 @cached_signature
@@ -71,15 +74,15 @@ class _ScoreGradient(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _, gradient, _ = inputs
-        ctx.save_for_backward(gradient)
+        logits, gradient, _ = inputs
+        ctx.save_for_backward(gradient, logits)
         ctx.extra = gradient.dim() - output.dim()
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        (gradient,) = ctx.saved_tensors
+        gradient, logits = ctx.saved_tensors
         spread = grad.reshape(tuple(grad.shape) + (1,) * ctx.extra)  # () for 0-dim logits
-        return first_order_only((gradient * spread).to(gradient.dtype)), None, None
+        return first_order_only((gradient * spread).to(gradient.dtype), logits), None, None
 
 
 def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor:
@@ -176,7 +179,8 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
         self.baseline = baseline
         self.decay = decay
         if baseline == "ema":
-            self.register_buffer("ema", torch.zeros((), dtype=torch.float64))
+            # float32: torch.compile (2.13, CPU) drops in-place updates of float64 buffers.
+            self.register_buffer("ema", torch.zeros((), dtype=torch.float32))
             self.register_buffer("steps", torch.zeros((), dtype=torch.long))
 
     @property
@@ -204,8 +208,8 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
         return attach_gradient(problem, values.mean(0), (weights * scores).mean(0))
 
     def _current_ema(self, f: Tensor) -> Tensor:
-        steps = self.steps.to(torch.float64)
-        correction = (1 - self.decay**steps).clamp_min(torch.finfo(torch.float64).tiny)
+        steps = self.steps.to(self.ema.dtype)
+        correction = (1 - self.decay**steps).clamp_min(torch.finfo(self.ema.dtype).tiny)
         current = torch.where(self.steps > 0, self.ema / correction, 0.0)
         return current.to(device=f.device, dtype=f.dtype)
 
@@ -213,9 +217,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     def _update_ema(self, f: Tensor) -> None:
         if not self.training:
             return
-        mean = f.mean().to(device=self.ema.device, dtype=torch.float64)
+        mean = f.mean().to(device=self.ema.device, dtype=self.ema.dtype)
         mean = _average_across_ranks(mean)
-        self.ema.mul_(self.decay).add_((1 - self.decay) * mean)
+        # Out of place, then copied: torch.compile loses the chained in-place update.
+        self.ema.copy_(self.decay * self.ema + (1 - self.decay) * mean)
         self.steps.add_(1)
 
 
