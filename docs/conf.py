@@ -31,6 +31,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "registry_tables",
+    "kinks_table",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

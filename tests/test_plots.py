@@ -7,11 +7,11 @@ import torch
 
 pytest.importorskip("matplotlib")
 
-import hardgrad as hg  # noqa: E402
-from hardgrad.bench import plots  # noqa: E402
-from hardgrad.bench.cli import main  # noqa: E402
-from hardgrad.ops import OPS  # noqa: E402
-from hardgrad.surrogates import SURROGATES  # noqa: E402
+import hardgrad as hg
+from hardgrad.bench import plots
+from hardgrad.bench.cli import main
+from hardgrad.ops import OPS
+from hardgrad.surrogates import SURROGATES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -41,7 +41,11 @@ def _cases() -> list[tuple[str, Callable[[Any], Any], tuple[float, ...]]]:
         ("torch.stack([x, 0]).amax()", lambda x: torch.stack([x, zero]).amax(), (0.0,)),
         ("torch.where(x > 0, x, 0)", lambda x: torch.where(x > 0, x, 0.0), (0.0,)),
         ("torch.sqrt(x)", torch.sqrt, (0.0,)),
-        ("torch.linalg.vector_norm(stack([x, 0]))", lambda x: torch.linalg.vector_norm(torch.stack([x, zero])), (0.0,)),
+        (
+            "torch.linalg.vector_norm(stack([x, 0]))",
+            lambda x: torch.linalg.vector_norm(torch.stack([x, zero])),
+            (0.0,),
+        ),
         ("torch.round(x)", torch.round, (0.5,)),
         ("torch.floor(x)", torch.floor, (1.0,)),
         ("torch.sign(x)", torch.sign, (0.0,)),

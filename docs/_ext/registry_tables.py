@@ -1,13 +1,16 @@
 """Sphinx extension: tables and plots generated from hardgrad's registries at build time.
 
-Nothing here is written by hand: every row comes from :data:`hardgrad.surrogates.SURROGATES`
-or :data:`hardgrad.ops.OPS`, so a newly registered surrogate or op shows up in the docs
-without touching them.
+Nothing here is written by hand: every row comes from :data:`hardgrad.surrogates.SURROGATES`,
+:data:`hardgrad.ops.OPS` or :data:`hardgrad.estimators.ESTIMATORS`, so a newly registered
+surrogate, op or estimator shows up in the docs without touching them.
 
 Directives (usable from MyST as ```` ```{registry-table} surrogates ```` and so on):
 
 ``registry-table``
-    One argument, ``surrogates`` or ``ops``: a table with one row per registry entry.
+    One argument, ``surrogates``, ``ops`` or ``estimators``: a table with one row per
+    registry entry. The estimator table reads each class's attributes (``pathwise``,
+    ``unbiased``, ``dists``, ``evaluations_per_sample``) and its default instance's
+    ``num_samples`` default.
 
 ``surrogate-curves``
     A figure with :math:`s(x)` and :math:`s'(x)` of every registered surrogate (default
@@ -15,8 +18,8 @@ Directives (usable from MyST as ```` ```{registry-table} surrogates ```` and so 
     written to ``api/generated/`` in the source tree (ignored by git) and copied into the
     build like any other image.
 
-At the end of reading it checks that every registered op and surrogate has an entry in
-the API reference (a warning, so an error under ``-W``). It also resolves
+At the end of reading it checks that every registered op, surrogate and estimator has an
+entry in the API reference (a warning, so an error under ``-W``). It also resolves
 cross-references to the top-level re-exports (``hardgrad.round``) to the functions
 documented in :mod:`hardgrad.ops`.
 """
@@ -106,11 +109,74 @@ def _op_rows() -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-_TABLES = {"surrogates": _surrogate_rows, "ops": _op_rows}
+def _estimator_rows() -> tuple[list[str], list[list[str]]]:
+    import torch
+
+    from hardgrad import estimators
+
+    header = [
+        "Name",
+        "Class",
+        "Family",
+        "Unbiased",
+        "Distributions",
+        "Default ``num_samples``",
+        "``f`` evaluations per sample",
+        "Notes",
+    ]
+    rows = []
+    for name, cls in estimators.ESTIMATORS.items():
+        # The default instance: some settings (RELAX's evaluations, Reinforce's minimum
+        # sample count) are properties of the instance, not of the class.
+        instance = estimators.get(name)
+        dists = getattr(cls, "dists", ("bernoulli", "categorical"))
+        notes = [_first_line(cls)]
+        unbiased = "yes" if cls.unbiased else "no"
+        if isinstance(instance, estimators.Exact):
+            family = "exact enumeration"
+            unbiased = "exact (no variance)"
+            default = "``None`` (every configuration)"
+            evaluations = "one per configuration"
+        elif cls.pathwise:
+            family = "pathwise"
+            default = "1"
+            evaluations = str(instance.evaluations_per_sample)
+        else:
+            family = "score function"
+            assert isinstance(instance, estimators.ScoreFunctionEstimator)
+            default = str(instance.default_num_samples())
+            evaluations = str(instance.evaluations_per_sample)
+            if instance.min_samples > 1:
+                notes.append(f"``num_samples`` >= {instance.min_samples}.")
+            if instance.sample_multiple > 1:
+                notes.append(f"``num_samples`` a multiple of {instance.sample_multiple}.")
+        if not cls.discrete:
+            notes.append("Relaxed values, not discrete samples.")
+        if isinstance(instance, torch.nn.Module):
+            trained = any(True for _ in instance.parameters())
+            notes.append(
+                "An ``nn.Module`` with trainable parameters." if trained else "An ``nn.Module``."
+            )
+        rows.append(
+            [
+                f'``"{name}"``',
+                f":class:`~hardgrad.estimators.{cls.__name__}`",
+                family,
+                unbiased,
+                ", ".join(dists),
+                default,
+                evaluations,
+                " ".join(notes),
+            ]
+        )
+    return header, rows
+
+
+_TABLES = {"surrogates": _surrogate_rows, "ops": _op_rows, "estimators": _estimator_rows}
 
 
 class RegistryTable(SphinxDirective):
-    """``.. registry-table:: surrogates|ops``: a table built from a registry."""
+    """``.. registry-table:: surrogates|ops|estimators``: a table built from a registry."""
 
     required_arguments = 1
     has_content = False
@@ -239,12 +305,14 @@ def _resolve_reexport(
 
 
 def _check_registries_documented(app: Sphinx, env: Any) -> None:
-    """Warn (an error under ``-W``) when a registered op or surrogate has no API entry."""
-    from hardgrad import ops, surrogates
+    """Warn (an error under ``-W``) when a registered op, surrogate or estimator has no API
+    entry."""
+    from hardgrad import estimators, ops, surrogates
 
     documented = env.get_domain("py").objects
     expected = [f"hardgrad.ops.{spec.op.__name__}" for _, spec in ops.OPS.items()]
     expected += [f"hardgrad.surrogates.{cls.__name__}" for _, cls in surrogates.SURROGATES.items()]
+    expected += [f"hardgrad.estimators.{cls.__name__}" for _, cls in estimators.ESTIMATORS.items()]
     for name in expected:
         if name not in documented:
             logger.warning(
