@@ -77,6 +77,7 @@ from torch import Tensor
 
 from .. import estimators as _estimators
 from .._expectation import expectation
+from ..diagnostics import gradient_samples
 from ..estimators import (
     ARM,
     GST,
@@ -124,7 +125,7 @@ class ToyConfig:
         targets: the values of ``t`` in the table.
         phis: the logits ``phi`` in the table (``p = sigmoid(phi)``).
         replicas: independent estimates per estimator and setting (``M``).
-        chunk: replicas per call of :func:`hardgrad.expectation` (bounds memory).
+        chunk: logits per call when warming up the EMA baseline (bounds memory).
         estimators: registry names and :data:`VARIANTS` to run; ``None``: every registered
             estimator that supports Bernoulli variables, then every variant.
         ema_warmup: calls that set ``reinforce(ema)``'s moving average before it is measured.
@@ -418,21 +419,18 @@ def _estimates(
     settings: BenchSettings,
     generator: torch.Generator,
 ) -> Tensor:
-    """``config.replicas`` independent gradient estimates at ``phi``, as float64."""
+    """``config.replicas`` independent gradient estimates at ``phi``, as float64 (drawn by
+    :func:`hardgrad.diagnostics.gradient_samples`, the same code ``compare`` uses)."""
     dtype = getattr(torch, config.dtype)
-    out: list[Tensor] = []
-    remaining = config.replicas
-    while remaining > 0:
-        m = min(config.chunk, remaining)
-        logits = torch.full((m,), phi, dtype=dtype, device=settings.device, requires_grad=True)
-        value = expectation(lambda b: (b - t).square(), logits, estimator=est, generator=generator)
-        value.sum().backward()
-        assert logits.grad is not None
-        out.append(logits.grad.detach().to(torch.float64))
-        remaining -= m
-    if isinstance(est, torch.nn.Module):
-        est.zero_grad(set_to_none=True)
-    return torch.cat(out)
+    logits = torch.full((1,), phi, dtype=dtype, device=settings.device)
+    draws = gradient_samples(
+        lambda b: (b - t).square(),
+        logits,
+        estimator=est,
+        num_draws=config.replicas,
+        generator=generator,
+    )
+    return draws.reshape(-1).to(torch.float64)
 
 
 def _ema_baseline(est: Reinforce) -> float:
