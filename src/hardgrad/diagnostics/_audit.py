@@ -186,7 +186,7 @@ SYMBOLS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
 
 
 def _op_name(func: Any) -> str:
-    name = getattr(func, "__name__", repr(func))
+    name = getattr(func, "__name__", None) or repr(func)
     if name.startswith("__") and name.endswith("__"):
         name = name[2:-2]
     return name
