@@ -35,6 +35,8 @@ class BenchSettings:
         device: torch device string the task runs on.
         threads: intra-op threads (``torch.set_num_threads``).
         out: folder for ``results.json``, ``report.md`` and plots; ``None`` writes nothing.
+        data: a folder of MNIST-format IDX files for the training tasks; ``None`` uses
+            scikit-learn's digits (see :mod:`hardgrad.bench.data`).
     """
 
     quick: bool = False
@@ -42,6 +44,7 @@ class BenchSettings:
     device: str = "cpu"
     threads: int = field(default_factory=available_threads)
     out: Path | None = None
+    data: Path | None = None
 
 
 @dataclass

@@ -151,6 +151,8 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         bench_parser.error(f"invalid --device {args.device!r}: {error}")
     if device.type == "cuda" and not torch.cuda.is_available():
         bench_parser.error(f"--device {args.device!r}: CUDA is not available")
+    if args.data is not None and not args.data.is_dir():
+        bench_parser.error(f"--data {str(args.data)!r}: expected a folder of IDX files")
     if args.threads is not None and args.threads < 1:
         bench_parser.error(f"--threads must be >= 1, but found {args.threads}")
     settings_kwargs: dict[str, Any] = {
@@ -158,6 +160,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "seed": args.seed,
         "device": str(device),
         "out": args.out,
+        "data": args.data,
     }
     if args.threads is not None:
         settings_kwargs["threads"] = args.threads
@@ -256,6 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="write DIR/results.json, DIR/report.md and plots",
     )
     bench.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
+    bench.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="folder of MNIST-format IDX files for the training tasks (default: "
+        "scikit-learn's 8x8 digits, nothing downloaded)",
+    )
     bench.add_argument(
         "--device", default="cpu", metavar="D", help="torch device, e.g. cpu or cuda (default cpu)"
     )
