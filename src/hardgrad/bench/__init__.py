@@ -44,14 +44,23 @@ def run_tasks(
     """Run the named tasks (all registered ones when ``names`` is empty).
 
     Sets the intra-op thread count and seed from ``settings``; writes ``results.json`` and
-    ``report.md`` to ``settings.out`` when it is set. ``configs`` overrides a task's default
+    ``report.md`` to ``settings.out`` when it is set. Under ``torchrun`` it joins the
+    process group first (see :mod:`hardgrad.bench._distributed`); only rank 0 reports. ``configs`` overrides a task's default
     config (``task.config(settings.quick)``), e.g. for tests. ``on_result`` is called
     with each result as soon as its task is done (the CLI prints it).
     """
-    from .report import make_progress, write_results
+    import io
+
+    from . import _distributed
+    from .report import PlainProgress, make_progress, write_results
 
     chosen = list(names) or list(TASKS.names())
     tasks = [TASKS.get(name, "task") for name in chosen]
+    already_in_group = torch.distributed.is_available() and torch.distributed.is_initialized()
+    _distributed.setup(settings.device)  # under torchrun: join the ranks' process group
+    main = _distributed.is_main()  # only rank 0 reports and writes
+    if not main:
+        progress = PlainProgress(io.StringIO())
     progress = progress if progress is not None else make_progress()
     results: list[TaskResult] = []
     threads = torch.get_num_threads()
@@ -64,10 +73,12 @@ def run_tasks(
             result = entry.run(settings, config, progress)
             result.wall_s = time.perf_counter() - t0
             results.append(result)
-            if settings.out is not None:  # keep what is done if a later task fails
+            if main and settings.out is not None:  # keep what is done if a later task fails
                 write_results(settings.out, settings, results)
-            if on_result is not None:
+            if main and on_result is not None:
                 on_result(result)
     finally:
         torch.set_num_threads(threads)
+        if not already_in_group:
+            _distributed.teardown()
     return results
