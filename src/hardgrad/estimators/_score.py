@@ -246,8 +246,21 @@ def _average_across_ranks(x: Tensor) -> Tensor:
     return x
 
 
+class _WithoutSettings(ScoreFunctionEstimator):
+    """An estimator with no settings: ``Name()``, and all instances are equal."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
 @ESTIMATORS.register("rloo")
-class RLOO(ScoreFunctionEstimator):
+class RLOO(_WithoutSettings):
     r"""REINFORCE with the leave-one-out baseline (RLOO).
 
     .. math:: \hat g = \frac1n \sum_s \Big(f_s - \frac{1}{n-1}\sum_{t \ne s} f_t\Big) s(b_s)
@@ -270,15 +283,6 @@ class RLOO(ScoreFunctionEstimator):
     name: ClassVar[str] = "rloo"
     min_samples: ClassVar[int] = 2
 
-    def __repr__(self) -> str:
-        return "RLOO()"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
     def expectation(self, problem: Problem) -> Tensor:
         theta = problem.work_logits
         n = problem.num_samples
@@ -290,22 +294,13 @@ class RLOO(ScoreFunctionEstimator):
         return attach_gradient(problem, values.mean(0), gradient)
 
 
-class _Antithetic(ScoreFunctionEstimator):
+class _Antithetic(_WithoutSettings):
     """Bernoulli estimators built on antithetic pairs ``(u, 1 - u)``: ``num_samples`` is even
     and counts both members of every pair."""
 
     dists: ClassVar[tuple[str, ...]] = ("bernoulli",)
     min_samples: ClassVar[int] = 2
     sample_multiple: ClassVar[int] = 2
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
     def expectation(self, problem: Problem) -> Tensor:
         theta = problem.work_logits
