@@ -157,16 +157,18 @@ class Problem:
             return x
         return x.sum(dim=tuple(range(x.dim() - extra, x.dim())))
 
-    def configurations(self, limit: int) -> Tensor:
+    def configurations(self, limit: int, prefix_ndim: int | None = None) -> Tensor:
         """Every joint configuration of the variables of one prefix entry, shared by all
         prefix entries: ``(N, *logits.shape)`` in canonical layout, ``N = 2^m`` (Bernoulli)
         or ``C^m`` (categorical) for the ``m`` variables per entry.
+
+        ``prefix_ndim`` overrides the prefix length (a guess made before ``f`` has run).
 
         Raises:
             ValueError: ``N`` exceeds ``limit`` (`max_configurations`).
         """
         batch = self.batch_shape
-        k = self.prefix_ndim or 0
+        k = (self.prefix_ndim or 0) if prefix_ndim is None else prefix_ndim
         variables = batch[k:]
         m = math.prod(variables)
         values = self.logits.shape[-1] if self.categorical else 2

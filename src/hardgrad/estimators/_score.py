@@ -396,8 +396,9 @@ class Exact(ScoreFunctionEstimator):
     differentiated by ordinary autograd (so its gradient is exact, of every order, for the
     logits and for ``f``'s parameters). The variables of each prefix entry are enumerated
     jointly (:math:`2^m` or :math:`C^m` configurations for :math:`m` variables per entry)
-    and all prefix entries are enumerated in parallel; when the logits have batch
-    dimensions, ``f`` is first called once on a single configuration to learn the prefix. ``num_samples`` must be left ``None``.
+    and all prefix entries are enumerated in parallel. ``f`` is called once when it returns
+    one value per batch entry; when its prefix is shorter, a first call on the
+    per-entry configurations (2 or C of them) tells the prefix, then all are enumerated. ``num_samples`` must be left ``None``.
 
     Args:
         max_configurations: the most configurations it will enumerate; more raise
@@ -428,15 +429,19 @@ class Exact(ScoreFunctionEstimator):
         return 0
 
     def expectation(self, problem: Problem) -> Tensor:
-        if problem.prefix_ndim is None and not problem.batch_shape:
-            problem.prefix_ndim = 0  # no batch dimension: the prefix can only be empty
-        if problem.prefix_ndim is None:  # learn the prefix from one configuration
-            probe = torch.zeros((1, *problem.logits.shape), dtype=problem.logits.dtype)
-            if problem.categorical:
-                probe[..., 0] = 1
-            problem.evaluate(probe.to(problem.logits.device))
-        configurations = problem.configurations(self.max_configurations)
-        values = problem.evaluate(configurations)
+        if problem.prefix_ndim is None:
+            # Guess the commonest case, one value per batch entry (each variable alone:
+            # 2 or C configurations); f's answer tells the real prefix, and only a shorter
+            # one needs a second, full enumeration.
+            guess = len(problem.batch_shape)
+            configurations = problem.configurations(self.max_configurations, guess)
+            values = problem.evaluate(configurations)
+            if problem.prefix_ndim != guess:
+                configurations = problem.configurations(self.max_configurations)
+                values = problem.evaluate(configurations)
+        else:
+            configurations = problem.configurations(self.max_configurations)
+            values = problem.evaluate(configurations)
         logits = problem.logits
         # +-inf -> +-(a large finite value): a forced category then has log-probability 0
         # instead of inf - inf = NaN.
