@@ -58,10 +58,11 @@ def expectation(
     a ``RuntimeError`` rather than returning a wrong second derivative. Pathwise estimators
     give the derivative of their own backward formula, not of :math:`E[f]`.
 
-    Transforms: pathwise estimators and ``"reinforce"`` (without the ``"ema"`` state),
-    ``"rloo"``, ``"arm"``, ``"disarm"`` and ``"exact"`` work under
-    ``torch.compile(fullgraph=True)`` (with ``generator=None``) and ``torch.func.grad``;
-    ``"rebar"`` and ``"relax"`` are eager-only (they call ``torch.autograd.grad``).
+    Transforms: pathwise estimators, ``"reinforce"``, ``"rloo"``, ``"arm"``, ``"disarm"``
+    and ``"exact"`` work under ``torch.compile(fullgraph=True)`` (with ``generator=None``)
+    and ``torch.func.grad`` (except ``Reinforce(baseline="ema")``, whose in-place state
+    update ``torch.func`` refuses); ``"rebar"`` and ``"relax"`` are eager-only (they call
+    ``torch.autograd.grad``).
 
     Args:
         f: the objective, ``(num_samples, *logits.shape) -> (num_samples, *prefix)``.
