@@ -197,6 +197,12 @@ def _print_rich(result: TaskResult) -> None:
 # --------------------------------------------------------------------------- files
 
 
+def _world_size() -> int:
+    from ._distributed import world_size
+
+    return world_size()
+
+
 def environment(settings: BenchSettings) -> dict[str, Any]:
     """Versions, machine and settings that every results.json starts with."""
     return {
@@ -210,6 +216,8 @@ def environment(settings: BenchSettings) -> dict[str, Any]:
         "cores_available": available_threads(),
         "seed": settings.seed,
         "quick": settings.quick,
+        "data": "digits (scikit-learn)" if settings.data is None else str(settings.data),
+        "world_size": _world_size(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["hardgrad", *sys.argv[1:]]) if sys.argv else "hardgrad",
     }
@@ -266,6 +274,7 @@ def markdown_report(env: dict[str, Any], results: Sequence[TaskResult]) -> str:
         f"- device: {env['device']}, threads: {env['threads']} (of {env['cores_available']} "
         f"cores), seed: {env['seed']}, "
         f"quick: {env['quick']}",
+        f"- data: {env['data']}; processes: {env['world_size']}",
         f"- command: `{env['command']}`",
         "",
     ]
