@@ -17,6 +17,7 @@ import torch
 # ones in the order of DESIGN.md (toy, poly, vae-categorical, vae-bernoulli, qat, speed).
 # isort: off
 from . import toy
+from . import poly
 from . import qat
 from . import speed
 
@@ -31,6 +32,7 @@ __all__ = [
     "Task",
     "TaskResult",
     "available_threads",
+    "poly",
     "qat",
     "run_tasks",
     "speed",
