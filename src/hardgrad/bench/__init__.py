@@ -18,6 +18,8 @@ import torch
 # isort: off
 from . import toy
 from . import poly
+from . import vae_categorical
+from . import vae_bernoulli
 from . import qat
 from . import speed
 
@@ -38,6 +40,8 @@ __all__ = [
     "speed",
     "task",
     "toy",
+    "vae_bernoulli",
+    "vae_categorical",
 ]
 
 
