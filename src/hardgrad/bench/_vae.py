@@ -186,6 +186,20 @@ def estimator_names(dist: str) -> list[str]:
     return names
 
 
+def chosen_names(requested: Sequence[str] | None, dist: str) -> list[str]:
+    """``requested`` checked against :func:`estimator_names` (all of them for ``None``)."""
+    available = estimator_names(dist)
+    if requested is None:
+        return available
+    for name in requested:
+        if name not in available:
+            raise ValueError(
+                f"Unknown or non-{dist} estimator {name!r} in `estimators`; available: "
+                + ", ".join(repr(n) for n in available)
+            )
+    return list(requested)
+
+
 def make_estimator(name: str, seed: int) -> Estimator:
     """A fresh instance (stateful ones get their own parameters, seeded)."""
     with torch.random.fork_rng(devices=[]):

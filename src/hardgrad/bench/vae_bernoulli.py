@@ -45,7 +45,7 @@ from . import _distributed
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from ._vae import (
     Setup,
-    estimator_names,
+    chosen_names,
     few_threads,
     fmt,
     parameter_digest,
@@ -113,16 +113,7 @@ def default_config(quick: bool) -> BernoulliVAEConfig:
 
 
 def _names(config: BernoulliVAEConfig) -> list[str]:
-    available = estimator_names("bernoulli")
-    if config.estimators is None:
-        return available
-    for name in config.estimators:
-        if name not in available:
-            raise ValueError(
-                f"Unknown or non-Bernoulli estimator {name!r} in `estimators`; available: "
-                + ", ".join(repr(n) for n in available)
-            )
-    return list(config.estimators)
+    return chosen_names(config.estimators, "bernoulli")
 
 
 def _variance_notes(

@@ -46,7 +46,7 @@ from . import _distributed
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from ._vae import (
     Setup,
-    estimator_names,
+    chosen_names,
     few_threads,
     fmt,
     plot_checkpoints,
@@ -114,16 +114,7 @@ def default_config(quick: bool) -> CategoricalVAEConfig:
 
 
 def _names(config: CategoricalVAEConfig) -> list[str]:
-    available = estimator_names("categorical")
-    if config.estimators is None:
-        return available
-    for name in config.estimators:
-        if name not in available:
-            raise ValueError(
-                f"Unknown or non-categorical estimator {name!r} in `estimators`; available: "
-                + ", ".join(repr(n) for n in available)
-            )
-    return list(config.estimators)
+    return chosen_names(config.estimators, "categorical")
 
 
 def _mean_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
