@@ -208,9 +208,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
         return attach_gradient(problem, values.mean(0), (weights * scores).mean(0))
 
     def _current_ema(self, f: Tensor) -> Tensor:
-        steps = self.steps.to(self.ema.dtype)
-        correction = (1 - self.decay**steps).clamp_min(torch.finfo(self.ema.dtype).tiny)
-        current = torch.where(self.steps > 0, self.ema / correction, 0.0)
+        # The bias correction in float64 (the stored average is float32).
+        steps = self.steps.to(torch.float64)
+        correction = (1 - self.decay**steps).clamp_min(torch.finfo(torch.float64).tiny)
+        current = torch.where(self.steps > 0, self.ema.to(torch.float64) / correction, 0.0)
         return current.to(device=f.device, dtype=f.dtype)
 
     @torch.no_grad()
