@@ -36,7 +36,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "conftest.py"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "conftest.py", "results"]
 templates_path: list[str] = []
 
 # -- MyST -------------------------------------------------------------------------------

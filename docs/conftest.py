@@ -5,4 +5,4 @@ build output in ``_build`` holds copies of the pages.
 """
 
 collect_ignore = ["conf.py"]
-collect_ignore_glob = ["_ext/*", "_build/*", "api/generated/*"]
+collect_ignore_glob = ["_ext/*", "_build/*", "api/generated/*", "results/*"]
