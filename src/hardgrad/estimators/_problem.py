@@ -103,13 +103,6 @@ class Problem:
         extra = self.logits.dim() - (self.prefix_ndim or 0)
         return values.reshape(*values.shape, *([1] * extra))
 
-    def per_prefix(self, x: Tensor) -> Tensor:
-        """Sum ``(..., *logits.shape)`` over the dimensions after the prefix."""
-        extra = self.logits.dim() - (self.prefix_ndim or 0)
-        if extra == 0:
-            return x
-        return x.sum(dim=tuple(range(x.dim() - extra, x.dim())))
-
     # -- distributions ----------------------------------------------------------------------
     @property
     def work_logits(self) -> Tensor:
