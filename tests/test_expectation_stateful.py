@@ -676,3 +676,37 @@ def test_ema_baseline_updates_under_torch_compile():
     assert float(est.ema) == pytest.approx(expected, rel=1e-6)
     assert float(est.ema) > 0
     torch._dynamo.reset()
+
+
+class _InfiniteCurvature(torch.nn.Module):
+    """A control variate that is 0 with zero slope, but whose second derivative in ``w`` is
+    0 * inf = NaN: ``|w (z - sg(z))|^1.5``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, z: Tensor) -> Tensor:
+        return (self.w * (z - z.detach())).abs().pow(1.5).sum(-1)
+
+
+@pytest.mark.parametrize("use_objective", [True, False])
+def test_non_finite_variance_gradients_are_dropped_not_spread(use_objective):
+    """A variance gradient that is not finite (an infinite second derivative) leaves the
+    estimator's parameters with a zero gradient for that step, and the logits' gradient
+    finite, instead of NaN that Adam would copy into every later step."""
+    net = _InfiniteCurvature()
+    relax = RELAX(net, use_objective=use_objective)
+    theta = torch.tensor([0.3, -0.4, 1.2], requires_grad=True)
+    value = hg.expectation(
+        lambda b: (b - 0.45).square().sum(-1),
+        theta,
+        estimator=relax,
+        num_samples=2,
+        generator=_gen(3),
+    )
+    value.backward()
+    assert theta.grad is not None and bool(torch.isfinite(theta.grad).all())
+    assert net.w.grad is not None and float(net.w.grad) == 0.0
+    for p in relax.parameters():
+        assert p.grad is not None and bool(torch.isfinite(p.grad).all())

@@ -82,10 +82,24 @@ class _GradientWithVariance(torch.autograd.Function):
             retain_graph=True,
         )
         grads = [
-            _average_across_ranks(torch.zeros_like(p) if g is None else g)
+            _average_across_ranks(_finite_or_zero(p, g))
             for p, g in zip(ctx.params, variance_grads, strict=True)
         ]
         return first_order_only(weighted, logits), None, None, None, *grads
+
+
+def _finite_or_zero(param: Tensor, grad: Tensor | None) -> Tensor:
+    """A variance gradient, or zeros when it is missing or not finite.
+
+    The variance gradient differentiates ``f`` (and the network) twice; an objective whose
+    second derivative is infinite somewhere (``|x|^1.5`` at 0) gives an infinite or NaN
+    value on the rare draws that land there. That step's update of the estimator's own
+    parameters is then skipped instead of turning them (and the next gradients) into NaN;
+    the logits' gradient is unaffected.
+    """
+    if grad is None or not bool(torch.isfinite(grad).all()):
+        return torch.zeros_like(param)
+    return grad
 
 
 class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
