@@ -47,6 +47,11 @@ evaluations per step (REBAR/RELAX: 5 draws, 15 evaluations) and without ``relax(
 stay near 40 s on two cores (Gumbel-Rao's 10 conditional draws and REBAR/RELAX's inner
 gradients dominate).
 
+**Wall time.** The full run took 2228 s on two idle cores (``docs/results/poly/``):
+Gumbel-Rao (10 conditional draws per sample) 1243 s of it, REBAR/RELAX 135-205 s each,
+every other estimator 14-110 s. Leave ``gumbel_rao`` out (``estimators``) for a run of
+about 16 minutes.
+
 **torchrun.** ``poly`` has no data: every rank runs the whole benchmark with its own
 sampling seeds (:func:`hardgrad.bench._distributed.rank_seed`); stateful estimators
 average their state across ranks as they always do; only rank 0 reports.
