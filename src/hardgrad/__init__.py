@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import diagnostics, estimators, nn, ops, stochastic, surrogates
+from . import diagnostics, estimators, nn, ops, stochastic, surrogates, testing
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -51,6 +51,7 @@ __all__ = [
     "stochastic_times_smooth",
     "straight_through",
     "surrogates",
+    "testing",
     "topk_mask",
     "trunc",
     "validation_enabled",
