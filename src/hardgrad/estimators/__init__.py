@@ -16,7 +16,15 @@ from ._base import ESTIMATORS, Estimator, get, gumbel_noise, resolve
 from ._pathwise import GST, ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
 from ._problem import Problem
 from ._relax import REBAR, RELAX
-from ._score import ARM, RLOO, DisARM, Exact, Reinforce, ScoreFunctionEstimator
+from ._score import (
+    ARM,
+    RLOO,
+    DisARM,
+    Exact,
+    Reinforce,
+    ScoreFunctionEstimator,
+    attach_gradient,
+)
 
 __all__ = [
     "ARM",
@@ -37,6 +45,7 @@ __all__ = [
     "STGumbel",
     "STIdentity",
     "ScoreFunctionEstimator",
+    "attach_gradient",
     "get",
     "gumbel_noise",
     "resolve",

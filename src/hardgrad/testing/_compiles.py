@@ -59,8 +59,9 @@ def assert_compiles(
         seed: seed the global RNG before each run (for random ``fn``).
         rtol: relative tolerance (give both or neither; default: by dtype).
         atol: absolute tolerance (give both or neither; default: by dtype).
-        reset: clear dynamo's caches before compiling (``torch.compiler.reset()``), so
-            that an earlier compile of the same code cannot hide a failure.
+        reset: clear dynamo's caches (``torch.compiler.reset()``) before compiling, so
+            that an earlier compile of the same code cannot hide a failure, and after, so
+            that nothing compiled outlives the check.
 
     Raises:
         AssertionError: compiling fails, or the outputs or gradients differ.
@@ -98,6 +99,45 @@ def assert_compiles(
         eager = fn(*eager_args, **eager_keywords)
     if reset:
         torch.compiler.reset()
+    try:
+        _compare(
+            fn,
+            name,
+            eager,
+            eager_args,
+            eager_keywords,
+            compiled_args,
+            compiled_keywords,
+            fullgraph=fullgraph,
+            backend=backend,
+            dynamic=dynamic,
+            check_grad=check_grad,
+            seed=seed,
+            rtol=rtol,
+            atol=atol,
+        )
+    finally:
+        if reset:  # drop what dynamo installed in fn's globals while they still exist
+            torch.compiler.reset()
+
+
+def _compare(
+    fn: Callable[..., Any],
+    name: str,
+    eager: Any,
+    eager_args: Any,
+    eager_keywords: Any,
+    compiled_args: Any,
+    compiled_keywords: Any,
+    *,
+    fullgraph: bool,
+    backend: str,
+    dynamic: bool | None,
+    check_grad: bool,
+    seed: int | None,
+    rtol: float | None,
+    atol: float | None,
+) -> None:
     compiled_fn = torch.compile(fn, fullgraph=fullgraph, backend=backend, dynamic=dynamic)
     try:
         with _seeded(seed), _eager_random(seed is not None and backend == "inductor"):

@@ -180,8 +180,7 @@ def assert_unbiased(
     tested = max(1, int(noisy.sum()))
     threshold = _upper_normal_quantile(false_failure_rate / (2 * tested))
     passed = bool((z.abs() <= threshold).all())
-    name = getattr(estimator, "name", "") or repr(estimator)
-    name = estimator if isinstance(estimator, str) else name
+    name = estimator if isinstance(estimator, str) else _describe(estimator)
     result = UnbiasednessTest(
         estimator=name,
         num_draws=num_draws,
@@ -197,6 +196,16 @@ def assert_unbiased(
     if not passed:
         raise AssertionError(f"{result}; worst coordinates: {_worst(result)}")
     return result
+
+
+def _describe(estimator: Estimator) -> str:
+    """The registry name, else a custom ``repr``, else the class name."""
+    name = getattr(estimator, "name", "")
+    if name:
+        return str(name)
+    if type(estimator).__repr__ is not object.__repr__:
+        return repr(estimator)
+    return type(estimator).__name__
 
 
 def _upper_normal_quantile(tail: float) -> float:
