@@ -90,3 +90,28 @@ def test_missing_files_and_mismatched_counts(tmp_path):
 def test_cli_rejects_a_data_path_that_is_not_a_folder(tmp_path, capsys):
     assert main(["bench", "toy", "--data", str(tmp_path / "missing")]) == 2
     assert "--data" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- torchrun env
+
+
+def test_each_rank_takes_its_share_of_the_cores(monkeypatch):
+    from hardgrad.bench import available_threads
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cores = available_threads()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert available_threads() == max(1, cores // 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(4 * cores))
+    assert available_threads() == 1
+
+
+def test_cuda_means_one_gpu_per_local_rank(monkeypatch):
+    from hardgrad.bench._distributed import local_device
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert local_device("cuda") == "cuda"
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert local_device("cuda") == "cuda:3"
+    assert local_device("cuda:1") == "cuda:1"  # an explicit index is kept
+    assert local_device("cpu") == "cpu"

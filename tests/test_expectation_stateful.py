@@ -8,7 +8,10 @@
   ``sum((w * g_hat)^2)`` recomputed with the same noise, RELAX(None) == REBAR, the
   objective-free RELAX, and that training the estimator's parameters lowers the variance;
 * ``hg.estimators.get`` makes stateful estimators afresh;
-* two gloo ranks under ``DistributedDataParallel`` keep every piece of state identical.
+* two gloo ranks under ``DistributedDataParallel`` keep every piece of state identical;
+  REBAR/RELAX reduce their variance gradients as the sum over ranks divided by ``W^2``,
+  and a non-finite one on any rank skips the update on all of them
+  (``tests/test_distributed.py`` compares a whole 2-rank training with one process).
 
 Statistical tests are seeded (so deterministic) and each states the false-failure rate of
 its threshold for a fresh seed.
@@ -571,6 +574,39 @@ def _ddp_estimator(kind: str, rank: int) -> torch.nn.Module:
     return RELAX(_net(DDP_D, hidden=6, seed=50 + rank))
 
 
+class _MaybeInfinite(torch.nn.Module):
+    """A control variate ``w * sum tanh(z)``, or (``poison``) one whose variance gradient
+    in ``w`` is NaN (``|w (z - sg(z))|^1.5``, see ``_InfiniteCurvature``); same parameters."""
+
+    def __init__(self, poison: bool) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones((), dtype=F64))
+        self.poison = poison  # a plain attribute: not broadcast from rank 0
+
+    def forward(self, z: Tensor) -> Tensor:
+        if self.poison:
+            return (self.w * (z - z.detach())).abs().pow(1.5).sum(-1)
+        return self.w * torch.tanh(z).sum(-1)
+
+
+def _reduction_case(rank: int) -> dict[str, Tensor]:
+    """One RELAX call on rank ``rank``'s own logits, upstream weights and noise (the same
+    initial estimator everywhere): its parameter gradients."""
+    est = RELAX(_net(DDP_D, hidden=6, seed=70), tau=0.7, scale=0.9).double()
+    theta = torch.randn(3, DDP_D, generator=_gen(300 + rank), dtype=F64)
+    w = torch.randn(3, generator=_gen(310 + rank), dtype=F64)
+    _, _, grads = _call(est, theta, seed=320 + rank, weights=w, n=2)
+    return grads
+
+
+def _nonfinite_case(rank: int) -> dict[str, Tensor]:
+    """One objective-free RELAX call whose variance gradient is NaN on rank 0 only."""
+    est = RELAX(_MaybeInfinite(poison=rank == 0), use_objective=False).double()
+    theta = torch.randn(3, DDP_D, generator=_gen(330 + rank), dtype=F64)
+    _, logits_grad, grads = _call(est, theta, seed=340 + rank, n=2)
+    return {"logits": logits_grad, "w": grads["control_variate.w"]}
+
+
 def _ddp_worker(rank: int, world: int, port: int, outdir: str) -> None:
     warnings.simplefilter("error")
     torch.set_num_threads(1)  # two ranks share the test machine's cores
@@ -601,6 +637,8 @@ def _ddp_worker(rank: int, world: int, port: int, outdir: str) -> None:
                 "model_initial": model_initial,
                 "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
+        results["reduction"] = _reduction_case(rank)
+        results["nonfinite"] = _nonfinite_case(rank)
         torch.save(results, Path(outdir) / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
@@ -645,6 +683,41 @@ def test_stateful_estimators_stay_identical_across_ranks(ddp_results, kind):
         assert set(final) == expected
         for key in final:
             assert not torch.equal(final[key], initial[key]), f"{key} did not train"
+
+
+@pytest.mark.distributed
+def test_variance_gradients_are_summed_over_ranks_and_divided_by_w_squared(ddp_results):
+    """Regression: REBAR/RELAX reduce their variance gradients as ``sum_r G_r / W^2``.
+
+    Under DDP (gradients averaged across ranks) the gradient ``w`` flowing into a rank's
+    expectation is ``W`` times what one process with the global batch would give those
+    examples, and ``sum (w g_hat)^2`` is quadratic in ``w``; so the single process's
+    variance gradient is the sum of the ranks' ``G_r`` over ``W^2`` (it was the mean, ``W``
+    times too large). ``G_r`` is recomputed here, without a process group, from the same
+    inputs and noise as rank ``r``'s call; both ranks must hold the reduced value.
+    """
+    local = [_reduction_case(rank) for rank in range(2)]
+    assert len(local[0]) == 6  # scale, log_tau and the network's four tensors
+    for key in local[0]:
+        expected = (local[0][key] + local[1][key]) / 4
+        assert float(expected.abs().max()) > 1e-6, key  # a factor 2 would show
+        for rank in range(2):
+            reduced = ddp_results[rank]["reduction"][key]
+            torch.testing.assert_close(reduced, expected, rtol=1e-12, atol=1e-15, msg=key)
+
+
+@pytest.mark.distributed
+def test_non_finite_variance_gradient_on_one_rank_skips_the_update_on_all(ddp_results):
+    """Regression: a NaN variance gradient on rank 0 only. As one process holding both
+    ranks' examples would (its sum is NaN), every rank skips the update (zero gradient);
+    before, rank 0 zeroed its own share and the average kept half of rank 1's."""
+    local = _nonfinite_case(1)  # rank 1's share alone: finite and not zero
+    assert bool(torch.isfinite(local["w"])) and float(local["w"].abs()) > 1e-6
+    for rank in range(2):
+        result = ddp_results[rank]["nonfinite"]
+        assert float(result["w"]) == 0.0
+        assert bool(torch.isfinite(result["logits"]).all())
+        assert float(result["logits"].abs().max()) > 0
 
 
 @pytest.mark.compile

@@ -7,6 +7,7 @@ package.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -70,6 +71,7 @@ def run_tasks(
     tasks = [TASKS.get(name, "task") for name in chosen]
     already_in_group = torch.distributed.is_available() and torch.distributed.is_initialized()
     _distributed.setup(settings.device)  # under torchrun: join the ranks' process group
+    settings = dataclasses.replace(settings, device=_distributed.local_device(settings.device))
     main = _distributed.is_main()  # only rank 0 reports and writes
     if not main:
         progress = PlainProgress(io.StringIO())

@@ -30,8 +30,18 @@ def setup(device: str = "cpu") -> bool:
         return False
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         backend = "nccl" if device.startswith("cuda") else "gloo"
+        if backend == "nccl":  # one GPU per rank on a node, as torchrun numbers them
+            torch.cuda.set_device(local_device(device))
         dist.init_process_group(backend)
     return world_size() > 1
+
+
+def local_device(device: str) -> str:
+    """This rank's device: ``cuda`` becomes ``cuda:LOCAL_RANK`` under ``torchrun`` (one GPU
+    per process on a node); an explicit index and every other device are kept."""
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    return device
 
 
 def teardown() -> None:

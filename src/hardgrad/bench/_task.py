@@ -18,11 +18,15 @@ from .._registry import Registry
 
 
 def available_threads() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    """CPU cores this process may run on (its affinity mask where the OS has one), shared
+    with the other processes ``torchrun`` started on this node (``LOCAL_WORLD_SIZE``), so
+    that ranks do not oversubscribe the machine."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, cores // local_ranks)
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # Dedupe, keep the order given.
     names = list(dict.fromkeys(args.tasks))
     run_tasks(names, settings, on_result=print_result)
-    if settings.out is not None:
+    if settings.out is not None and int(os.environ.get("RANK", "0")) == 0:  # rank 0 writes
         print(
             f"\nWrote {settings.out / 'results.json'} and {settings.out / 'report.md'}",
             file=sys.stderr,

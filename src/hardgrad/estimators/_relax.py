@@ -21,6 +21,15 @@ and the parameters :math:`\rho` of the network :math:`r_\rho` are ``nn.Parameter
 of the estimator's variance (its mean does not depend on them), where :math:`w` is the
 gradient flowing into :func:`hardgrad.expectation`'s result.
 
+Distributed: under ``torch.distributed`` the parameters and buffers are broadcast from
+rank 0 on first use (with gradients enabled), and each backward reduces the variance
+gradients as :math:`\sum_r G_r / W^2` over the :math:`W` ranks. This assumes the
+convention of ``DistributedDataParallel``, which averages the model's gradients across
+ranks, so that training equals one process minimising the mean of the ranks' losses: in
+it each example's :math:`w` is :math:`1/W` of the rank's, and the variance is quadratic in
+:math:`w`. The result is the single process's variance gradient for the global batch,
+identical on every rank (the mean over ranks would be :math:`W` times too large).
+
 Cost: each sample evaluates ``f`` three times (at :math:`b`, :math:`\sigma_\lambda(z)` and
 :math:`\sigma_\lambda(\tilde z)`), so ``f`` must accept relaxed inputs in (0, 1).
 Eager autograd only: these estimators call ``torch.autograd.grad`` inside the forward and
@@ -40,12 +49,7 @@ from .._validation import check_positive, check_real
 from ._base import ESTIMATORS, uniform
 from ._pathwise import conditional_gumbel
 from ._problem import Problem
-from ._score import (
-    ScoreFunctionEstimator,
-    _average_across_ranks,
-    attach_gradient,
-    first_order_only,
-)
+from ._score import ScoreFunctionEstimator, attach_gradient, first_order_only
 
 
 class _GradientWithVariance(torch.autograd.Function):
@@ -81,24 +85,57 @@ class _GradientWithVariance(torch.autograd.Function):
             allow_unused=True,
             retain_graph=True,
         )
-        grads = [
-            _average_across_ranks(_finite_or_zero(p, g))
+        present = [
+            torch.zeros_like(p) if g is None else g
             for p, g in zip(ctx.params, variance_grads, strict=True)
         ]
+        grads = [_finite_or_zero(g) for g in _reduce_across_ranks(present)]
         return first_order_only(weighted, logits), None, None, None, *grads
 
 
-def _finite_or_zero(param: Tensor, grad: Tensor | None) -> Tensor:
-    """A variance gradient, or zeros when it is missing or not finite.
+def _reduce_across_ranks(grads: list[Tensor]) -> list[Tensor]:
+    """The variance gradients of the whole global batch, from every rank's share.
+
+    Under ``DistributedDataParallel`` (whose convention is the *mean* of the ranks'
+    gradients), the single-process run on the global batch minimises the mean of the
+    ranks' losses, so the gradient :math:`w` flowing into a rank's expectation is
+    :math:`W` times (:math:`W` ranks) the one the single process would give the same
+    examples. :math:`\\sum (w \\hat g)^2` is quadratic in :math:`w`, so a rank's variance
+    gradient is :math:`W^2` times the single process's for its examples, and the global
+    one is the *sum* over ranks divided by :math:`W^2` (the mean over ranks would be
+    :math:`W` times too large). One ``all_reduce`` for all parameters (one per dtype and
+    device); a no-op without a process group of more than one rank.
+    """
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return grads
+    world = dist.get_world_size()
+    reduced = list(grads)
+    groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+    for i, g in enumerate(grads):
+        groups.setdefault((g.dtype, g.device), []).append(i)
+    for members in groups.values():
+        flat = torch.cat([grads[i].reshape(-1) for i in members])
+        dist.all_reduce(flat)
+        flat /= world * world
+        for i, piece in zip(members, flat.split([grads[i].numel() for i in members]), strict=True):
+            reduced[i] = piece.view_as(grads[i])
+    return reduced
+
+
+def _finite_or_zero(grad: Tensor) -> Tensor:
+    """A variance gradient, or zeros when it is not finite.
 
     The variance gradient differentiates ``f`` (and the network) twice; an objective whose
     second derivative is infinite somewhere (``|x|^1.5`` at 0) gives an infinite or NaN
     value on the rare draws that land there. That step's update of the estimator's own
     parameters is then skipped instead of turning them (and the next gradients) into NaN;
-    the logits' gradient is unaffected.
+    the logits' gradient is unaffected. Under ``torch.distributed`` it is applied after
+    the reduction across ranks, so a non-finite value on any rank makes every rank skip
+    the update together (as one process holding all their examples would).
     """
-    if grad is None or not bool(torch.isfinite(grad).all()):
-        return torch.zeros_like(param)
+    if not bool(torch.isfinite(grad).all()):
+        return torch.zeros_like(grad)
     return grad
 
 
@@ -256,7 +293,10 @@ class REBAR(_LearnedControlVariate):
     Unbiased. ``scale`` (:math:`\eta`) and ``log_tau`` (:math:`\log\lambda`) are parameters
     that receive the gradient of the estimator's variance; put them in the optimizer to
     tune them. ``f`` is evaluated 3 times per sample and must accept relaxed inputs.
-    Tucker et al. (2017), https://arxiv.org/abs/1703.07370.
+    Under ``DistributedDataParallel`` the parameters start from rank 0's and their
+    variance gradients are summed across the :math:`W` ranks and divided by :math:`W^2`:
+    the single-process gradient for the global batch, given DDP's averaging of gradients
+    (module docstring). Tucker et al. (2017), https://arxiv.org/abs/1703.07370.
 
     Args:
         tau: initial temperature :math:`\lambda` > 0.
@@ -300,8 +340,9 @@ class RELAX(_LearnedControlVariate):
     as in reinforcement learning). ``control_variate=None`` makes RELAX equal to REBAR.
 
     Unbiased. Every parameter (:math:`\eta`, :math:`\log\lambda`, :math:`\rho`) receives
-    the gradient of the estimator's variance. Grathwohl et al. (2018),
-    https://arxiv.org/abs/1711.00123.
+    the gradient of the estimator's variance; under ``DistributedDataParallel`` as for
+    :class:`REBAR` (broadcast from rank 0, summed across ranks and divided by
+    :math:`W^2`). Grathwohl et al. (2018), https://arxiv.org/abs/1711.00123.
 
     Args:
         control_variate: an ``nn.Module`` :math:`r_\rho`, or ``None``.

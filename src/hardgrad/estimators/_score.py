@@ -134,9 +134,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     * ``"ema"``: :math:`\beta` is an exponential moving average of past values of :math:`\bar f`
       (``decay``), bias-corrected, updated after use, so it never depends on the current
       samples. State: the buffers ``ema`` and ``steps``; it is updated only in training
-      mode (``estimator.train()``), and averaged across ranks when a
-      ``torch.distributed`` process group is initialised, so every rank uses the same
-      baseline.
+      mode (``estimator.train()``). When a ``torch.distributed`` process group is
+      initialised, the mean of :math:`\bar f` over the ranks is what enters the average
+      (for equal shards, the mean over the global batch), so every rank keeps the same
+      baseline; each training-mode call is then a collective operation.
     * ``"optimal"``: the minimum-variance baseline per coordinate (Bengio et al. 2013, eq.
       (9)), :math:`\beta_{s,i} = \sum_{t \ne s} s_i(b_t)^2 f_t / \sum_{t \ne s} s_i(b_t)^2`,
       estimated leave-one-out from the *other* samples of the same call, so it stays
@@ -218,8 +219,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     def _update_ema(self, f: Tensor) -> None:
         if not self.training:
             return
-        mean = f.mean().to(device=self.ema.device, dtype=self.ema.dtype)
-        mean = _average_across_ranks(mean)
+        # Averaged across ranks in f's precision, then stored: for equal shards the mean of
+        # the ranks' means is the global batch's mean, rounded once as one process would.
+        mean = _average_across_ranks(f.mean())
+        mean = mean.to(device=self.ema.device, dtype=self.ema.dtype)
         # Out of place, then copied: torch.compile loses the chained in-place update.
         self.ema.copy_(self.decay * self.ema + (1 - self.decay) * mean)
         self.steps.add_(1)
