@@ -3,11 +3,20 @@
 Helpers are handed to tests as fixtures (``--import-mode=importlib`` makes test modules
 unable to import one another), and parametrisations are built from the registries
 (``hardgrad.ops.OPS``, ``hardgrad.surrogates.SURROGATES``), never from hand-kept lists.
+
+CUDA tests. Tests marked ``cuda`` are skipped when ``torch.cuda.is_available()`` is False.
+Tests that take their device from the :func:`cuda_device` fixture (rather than writing
+``"cuda"``) can also be checked without a GPU: set the environment variable
+``HARDGRAD_CUDA_TESTS_DEVICE`` to a device (e.g. ``cpu``) and those tests run on it, e.g.
+``HARDGRAD_CUDA_TESTS_DEVICE=cpu .venv/bin/python -m pytest tests/test_cuda.py``; tests
+marked ``cuda`` that do not use the fixture stay skipped without a GPU. With a GPU, the
+variable picks the device the fixture returns (e.g. ``cuda:1``; default ``cuda``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,18 +38,38 @@ TOLERANCES = {
 }
 
 
+#: The environment variable that runs ``cuda_device`` tests on another device (see above).
+CUDA_TESTS_DEVICE_VARIABLE = "HARDGRAD_CUDA_TESTS_DEVICE"
+
+
 def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _cuda_tests_device() -> str | None:
+    """The device named by ``HARDGRAD_CUDA_TESTS_DEVICE``, or None when it is unset or empty."""
+    return os.environ.get(CUDA_TESTS_DEVICE_VARIABLE) or None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every test marked ``cuda`` when there is no CUDA device."""
+    """Skip every test marked ``cuda`` when there is no CUDA device, except, when
+    ``HARDGRAD_CUDA_TESTS_DEVICE`` is set, those that use the ``cuda_device`` fixture."""
     if _cuda_available():
         return
+    override = _cuda_tests_device()
     skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
     for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+        if "cuda" not in item.keywords:
+            continue
+        if override is not None and "cuda_device" in getattr(item, "fixturenames", ()):
+            continue
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def cuda_device() -> torch.device:
+    """The device for tests marked ``cuda``: ``cuda``, or ``HARDGRAD_CUDA_TESTS_DEVICE``."""
+    return torch.device(_cuda_tests_device() or "cuda")
 
 
 @pytest.fixture(autouse=True)

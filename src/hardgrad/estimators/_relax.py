@@ -334,7 +334,10 @@ class RELAX(_LearnedControlVariate):
     with :math:`r_\rho` = ``control_variate``.
     ``r`` receives :math:`z` in the caller's layout, shape ``(n, *logits.shape)`` (the
     logistic / Gumbel-perturbed logits, not the relaxed sample), and returns ``(n, *prefix)``;
-    like ``f``, its value at a prefix entry may depend only on that entry's variables. With
+    like ``f``, its value at a prefix entry may depend only on that entry's variables.
+    :math:`z` has the dtype the estimator computes in: the logits' own for float32 and
+    float64, float32 for float16 and bfloat16 logits (keep the network's parameters in
+    float32 then, as mixed-precision training does). With
     ``use_objective=False`` the control variate is :math:`r_\rho` alone, so ``f`` needs no
     relaxed evaluations (one evaluation per sample; ``f`` may then be non-differentiable,
     as in reinforcement learning). ``control_variate=None`` makes RELAX equal to REBAR.
