@@ -1000,3 +1000,28 @@ def test_probe_points_are_float64() -> None:
     seen: list[torch.dtype] = []
     probe(lambda x: seen.append(x.dtype) or x, torch.tensor([0.5], dtype=torch.float32))
     assert set(seen) == {torch.float64}
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by tests/test_properties_modules.py.
+# --------------------------------------------------------------------------------------
+
+
+def test_compare_bad_entry_names_the_estimators_argument() -> None:
+    """A bad entry in the list raised a message naming `estimator`, not `estimators`."""
+    f = lambda b: (b - 0.45).square()  # noqa: E731
+    with pytest.raises(ValueError, match="`estimators`") as info:
+        compare(f, torch.zeros(2), estimators=["st", "no_such_estimator"], num_draws=2)
+    assert "'no_such_estimator'" in str(info.value) and "available" in str(info.value)
+    with pytest.raises(TypeError, match="`estimators`"):
+        compare(f, torch.zeros(2), estimators=["st", 3], num_draws=2)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_compare_of_empty_logits_reports_no_spread(exact: bool) -> None:
+    """Empty logits made the variance warn ("degrees of freedom is <= 0"), an error under
+    warnings-as-errors; there is nothing to vary, so the relative figures are None."""
+    f = lambda b: (b - 0.45).square()  # noqa: E731
+    result = compare(f, torch.zeros(0), estimators=["st", "disarm"], num_draws=3, exact=exact)
+    for row in result.rows:
+        assert row.std is None and row.snr is None and row.bias is None

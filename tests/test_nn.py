@@ -292,3 +292,97 @@ def test_stochastic_module_reprs_and_errors():
         hg.nn.Bernoulli(estimator="no_such_estimator")
     with pytest.raises(ValueError, match="tau"):
         hg.nn.Bernoulli(tau=lambda step: 0.0)(torch.zeros(2))
+
+
+# --------------------------------------------------------------------------------------
+# Quantize: a learned scale driven to 0 or below, and first batches at the dtype's limits
+# (regressions found by tests/test_properties_modules.py).
+# --------------------------------------------------------------------------------------
+
+
+def test_quantize_scale_pushed_negative_by_an_optimizer_step_stays_sound():
+    """SGD with lr=10 on a loss that wants a smaller scale drives it below 0 in one step.
+    The forward then quantizes with |s| (it used to raise "Expected every `scale` > 0", or
+    with validation off, quantize on a mirrored grid), and the mirrored gradient keeps
+    shrinking |s|, as the loss asks (a small step moves s towards 0 from below)."""
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    q = hg.nn.Quantize(bits=4)
+    q(x)
+    opt = torch.optim.SGD(q.parameters(), lr=10.0)
+    q(x).square().sum().backward()
+    opt.step()
+    s = float(q.scale.detach())
+    assert s < 0  # the scenario under test
+    for validation in (True, False):
+        hg.set_validation(validation)
+        try:
+            y = q(x)
+        finally:
+            hg.set_validation(True)
+        assert torch.isfinite(y).all()
+        assert torch.equal(y, hg.quantize(x, abs(s), quant_min=-8, quant_max=7))
+    opt.zero_grad()
+    q(x).square().sum().backward()
+    assert q.scale.grad < 0  # d/ds of the loss at s < 0 mirrors d/d|s| > 0
+    torch.optim.SGD(q.parameters(), lr=0.1).step()  # a small step: |s| shrinks, sign kept
+    assert s < float(q.scale.detach()) < 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_quantize_zero_scale_gives_a_finite_forward(dtype):
+    """s = 0 used to give 1/0 = inf and NaN at x = 0; the step is floored at the smallest
+    normal number, so the forward is finite (every entry saturates at +-s_min * q)."""
+    q = hg.nn.Quantize(bits=8)
+    x = torch.tensor([-2.0, 0.0, -0.0, 1e-3, 5.0], dtype=dtype, requires_grad=True)
+    q(x)
+    with torch.no_grad():
+        q.scale.zero_()
+    y = q(x)
+    assert torch.isfinite(y).all()
+    assert (y.abs() <= 128 * torch.finfo(torch.float32).tiny).all()
+    y.sum().backward()
+    assert torch.isfinite(q.scale.grad).all() and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("per_channel_dim", [None, 0])
+def test_quantize_first_batch_at_the_dtype_maximum(dtype, per_channel_dim):
+    """A finite first batch with magnitudes up to finfo.max used to raise "Expected a finite
+    first batch" (the mean overflowed; float64 also overflowed the float32 scale), and in
+    float16 the initial grid's levels overflowed to inf. Now the scale is finite and every
+    grid level fits the dtype."""
+    big = torch.finfo(dtype).max
+    x = torch.tensor([[big, -big, 0.0], [big, big, big]], dtype=dtype, requires_grad=True)
+    q = hg.nn.Quantize(bits=8, per_channel_dim=per_channel_dim)
+    y = q(x)
+    assert q.initialized and torch.isfinite(q.scale).all() and (q.scale > 0).all()
+    assert torch.isfinite(y).all() and y.dtype == dtype
+    assert (y.double().abs() <= big).all()
+    y.backward(torch.ones_like(y))
+    assert torch.isfinite(q.scale.grad).all() and torch.isfinite(x.grad).all()
+
+
+def test_quantize_first_batch_with_inf_or_nan_is_rejected():
+    for bad in (math.inf, math.nan):
+        q = hg.nn.Quantize()
+        with pytest.raises(ValueError, match="`x`"):
+            q(torch.tensor([1.0, bad]))
+        assert not q.initialized
+
+
+@pytest.mark.parametrize(("shape", "per_channel_dim"), [((0,), None), ((0, 3), 1), ((3, 0), 0)])
+def test_quantize_empty_batch_passes_through_uninitialised(shape, per_channel_dim):
+    """An empty first batch used to raise (a misleading "finite first batch" ValueError,
+    or a RuntimeError from reshape per channel); now it passes through and the next
+    non-empty batch initialises the scale."""
+    q = hg.nn.Quantize(bits=4, per_channel_dim=per_channel_dim)
+    y = q(torch.empty(shape))
+    assert y.shape == shape and not q.initialized
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    q(x)
+    assert q.initialized and (q.scale > 0).all()
+
+
+def test_quantize_rejects_non_floating_input():
+    with pytest.raises(TypeError, match="`x`"):
+        hg.nn.Quantize()(torch.tensor([1, 2]))

@@ -358,3 +358,45 @@ def test_property_matches_fake_quantize(values, scale, zero_point):
     expected = torch.fake_quantize_per_tensor_affine(x, scale, zero_point, -128, 127)
     for s in (scale, torch.tensor(scale)):
         assert torch.equal(hg.quantize(x, s, zero_point), expected)
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by tests/test_properties_ops.py: settings outside the compute dtype.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scale",
+    [
+        1e-300,  # was ZeroDivisionError (it rounds to 0 in float32)
+        1e300,  # was a NaN output (inf in float32)
+        1e-40,  # was NaN at x = 0 (a float32 subnormal: 1 / scale = inf)
+        torch.tensor(1e-300, dtype=torch.float64),  # was NaN (0 in float32)
+        torch.tensor(1e300, dtype=torch.float64),  # was NaN (inf in float32)
+        torch.tensor(1e-40),  # was NaN at x = 0
+    ],
+    ids=repr,
+)
+def test_scale_outside_the_compute_dtype_is_a_value_error(scale):
+    with pytest.raises(ValueError, match="`scale`"):
+        hg.quantize(torch.tensor([0.0, 1.0, -3.0]), scale)
+
+
+def test_float64_input_accepts_float64_scales():
+    x = torch.tensor([0.0, 3e-300, -1e-299], dtype=torch.float64)
+    y = hg.quantize(x, 1e-300)
+    assert torch.equal(y, formula(x, 1e-300, 0, -128, 127))
+
+
+@pytest.mark.parametrize("bound", [10**40, 2**70, 2**24 + 1])
+def test_quant_range_beyond_exact_levels_is_a_value_error(bound):
+    """Was OverflowError ("int too big to convert") past int64, and levels that float32
+    cannot hold exactly past 2**24."""
+    x = torch.tensor([0.0, 1.0])
+    with pytest.raises(ValueError, match="`quant_min`"):
+        hg.quantize(x, 0.5, quant_min=-bound, quant_max=0)
+    with pytest.raises(ValueError, match="`quant_max`"):
+        hg.quantize(x, 0.5, quant_min=0, quant_max=bound)
+    if bound <= 2**53:  # float64 holds these levels exactly
+        x64 = x.double()
+        assert torch.equal(hg.quantize(x64, 0.5, quant_min=0, quant_max=bound), x64)

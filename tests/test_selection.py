@@ -267,3 +267,31 @@ def test_finite_rows_unaffected_by_nonfinite_rows():
         xb = x[-1:].clone().requires_grad_()
         (gb,) = torch.autograd.grad(op(xb), xb, g[-1:])
         torch.testing.assert_close(ga[-1:], gb, rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by tests/test_properties_ops.py: temperatures at the dtype's limits.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", [hg.one_hot_argmax, lambda x, tau: hg.topk_mask(x, 2, tau=tau)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_temperature_below_the_compute_dtype_is_a_value_error(op, dtype):
+    """tau = 1e-300 became 0 in float32: NaN gradients; tau = 1e-39 (subnormal) gave wrong
+    infinite ones. Both are now refused, naming `tau`."""
+    x = torch.tensor([1.0, 1.0, 0.0, 2.0], dtype=dtype)
+    for tau in (1e-300, 1e-39, 1e300):
+        with pytest.raises(ValueError, match="`tau`"):
+            op(x, tau=tau)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+def test_topk_gradient_at_the_smallest_temperature_is_never_nan(dtype):
+    """The top-k VJP divided by tau before the bracket: a/tau overflowed, then
+    0 * (g - inf) = NaN. Divided last, it is inf only where the gradient itself is."""
+    tau = torch.finfo(torch.float32 if dtype == torch.float16 else dtype).tiny
+    x = torch.tensor([1.0, 1.0, 0.0, 2.0, 1.0, 1.0], dtype=dtype, requires_grad=True)
+    y = hg.topk_mask(x, 2, tau=tau)
+    (g,) = torch.autograd.grad(y, x, torch.tensor([3.0, -2.0, 0.5, 2.0, 1.0, 4.0], dtype=dtype))
+    assert not g.isnan().any(), g
+    assert (g[[2, 3]] == 0).all()  # saturated entries get nothing

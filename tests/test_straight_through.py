@@ -235,3 +235,10 @@ def test_soft_must_keep_shape_and_dtype():
         hg.straight_through(torch.round, lambda t: t.double())(x)
     with pytest.raises(TypeError, match=r"`soft\(x\)`"):
         hg.straight_through(torch.round, lambda t: 1.0)(x)
+
+
+def test_unknown_soft_name_names_the_soft_argument():
+    """Regression (tests/test_properties_ops.py): an unknown surrogate name given as ``soft``
+    raised a message naming `surrogate`, an argument straight_through does not have."""
+    with pytest.raises(ValueError, match="`soft`"):
+        hg.straight_through(torch.round, "no_such_surrogate")

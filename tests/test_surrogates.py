@@ -394,3 +394,23 @@ def test_plain_subclass_and_torch_func():
 def test_base_class_is_abstract():
     with pytest.raises(TypeError):
         Surrogate()  # type: ignore[abstract]
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by tests/test_properties_ops.py: parameters at the dtype's limits.
+# --------------------------------------------------------------------------------------
+
+
+def test_sigmoid_derivative_with_a_steep_slope_in_half_precision_is_not_nan():
+    """slope * sigmoid(kx) overflowed float16 before the factor sigmoid(-kx) = 0: NaN."""
+    x = torch.tensor([1.0, 3.0, -2.0, 65504.0], dtype=torch.float16)
+    d = hg.surrogates.Sigmoid(slope=1e6).derivative(x)
+    assert torch.equal(d, torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_clamp_functions_with_bounds_beyond_the_dtype(dtype):
+    """torch.clamp raised RuntimeError for a width or bound beyond x's dtype."""
+    x = torch.tensor([-INF, -2.0, 0.5, INF], dtype=dtype)
+    assert torch.equal(hg.surrogates.Clipped(width=1e300).function(x), x)
+    assert torch.equal(hg.surrogates.Masked(min=-1e300, max=1e300).function(x), x)

@@ -335,3 +335,34 @@ def test_one_sided_clamps():
 def test_messages_say_what_was_expected_and_found(call):
     with pytest.raises((TypeError, ValueError), match=r"^Expected .* but found "):
         call()
+
+
+# --------------------------------------------------------------------------------------
+# Regressions found by the property tests (tests/test_properties_*.py).
+# --------------------------------------------------------------------------------------
+
+
+def test_numbers_too_large_for_a_float_are_infinite_not_overflow_errors():
+    """check_real raised OverflowError (from float()) for an int such as 10**400."""
+    x = torch.tensor([-2.0, 0.5, 3.0])
+    assert torch.equal(hg.clamp(x, max=10**400), x)
+    assert torch.equal(hg.clamp(x, min=-(10**400), max=1.0), torch.tensor([-2.0, 0.5, 1.0]))
+    with pytest.raises(ValueError, match="`tau`"):
+        hg.one_hot_argmax(x, tau=10**400)
+    with pytest.raises(ValueError, match="`sigma`"):
+        hg.noisy_rectifier(x, sigma=10**400)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+def test_clamp_number_bounds_beyond_the_dtype_are_rounded_to_it(dtype, surrogate):
+    """torch.clamp (and so hg.clamp) raised RuntimeError "value cannot be converted to type
+    ... without overflow" for a number bound beyond x's dtype; the bound is now rounded to
+    the dtype, which gives the correctly rounded clamp."""
+    x = torch.tensor([-INF, -3.0, 0.0, 2.0, INF], dtype=dtype, requires_grad=True)
+    y = hg.clamp(x, -1e300, 1e300, surrogate=surrogate)
+    assert torch.equal(y, x.detach())
+    y = hg.clamp(x, min=1e300, surrogate=surrogate)  # everything below the bound
+    assert torch.equal(y, torch.full_like(x, INF))
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()

@@ -79,10 +79,16 @@ def check_floating(x: Any, name: str) -> Tensor:
 
 
 def check_real(value: Any, name: str) -> float:
-    """``value`` must be a real Python number (bools are rejected) that is not NaN."""
+    """``value`` must be a real Python number (bools are rejected) that is not NaN.
+
+    A number too large for a float (an int such as ``10**400``) becomes ``+-inf``.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"Expected `{name}` to be a real number, but found {type(value).__name__}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf if value > 0 else -math.inf  # type: ignore[operator]
     if math.isnan(result):
         raise ValueError(f"Expected `{name}` to be a number, but found {name}=nan")
     return result
@@ -94,6 +100,28 @@ def check_positive(value: Any, name: str) -> float:
     if not (result > 0 and math.isfinite(result)):
         raise ValueError(f"Expected `{name}` > 0 and finite, but found {name}={value!r}")
     return result
+
+
+def check_normal(value: float, name: str, dtype: torch.dtype) -> float:
+    """``value`` (a positive number, already checked) must lie in the positive normal range
+    of ``dtype``, the dtype it is computed with: beyond it, it would round to 0 or inf there
+    (and ``1 / value`` or ``x / value`` with it would be inf or NaN)."""
+    info = torch.finfo(dtype)
+    if not info.tiny <= value <= info.max:
+        raise ValueError(
+            f"Expected `{name}` between {info.tiny:.6g} and {info.max:.6g} (the positive normal "
+            f"range of {dtype}, which it is computed in), but found {name}={value!r}"
+        )
+    return value
+
+
+def fit_to(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` where it lies beyond its range (to ``+-inf`` or
+    ``+-finfo.max``, as a cast would round it), unchanged otherwise: torch refuses Python
+    scalars it cannot convert to a tensor's dtype (``torch.clamp(half, 1e300)`` raises)."""
+    if abs(value) <= 65504.0 or math.isinf(value) or abs(value) <= torch.finfo(dtype).max:
+        return value  # (65504 = float16's max, the smallest: no finfo lookup in the common case)
+    return float(torch.tensor(value, dtype=torch.float64).to(dtype))
 
 
 def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from . import estimators as _estimators
 from . import ops, stochastic
 from . import surrogates as _surrogates
-from ._validation import check_int, check_positive, check_real
+from ._validation import check_floating, check_int, check_positive, check_real
 
 __all__ = [
     "Anneal",
@@ -181,13 +181,33 @@ class Quantize(nn.Module):
     the scale, scaled by :math:`g = 1/\sqrt{N q_+}` with :math:`N` elements per scale, as
     Esser et al. (2020) recommend, https://arxiv.org/abs/1902.08153.
 
-    The scale is initialised from the first batch the module sees,
+    The scale is initialised from the first non-empty batch the module sees,
     :math:`s = 2\,\overline{|x|} / \sqrt{q_+}` (per channel if ``per_channel_dim`` is set;
     averaged across ranks when ``torch.distributed`` is initialised, so DDP replicas
-    agree). Until then it is a placeholder of shape ``()`` (or ``(1,)``): create the
+    agree; the mean is taken without overflow for magnitudes up to the dtype's largest
+    value). Until then it is a placeholder of shape ``()`` (or ``(1,)``): create the
     optimizer before or after the first batch alike, since the parameter object stays the
-    same; only an optimizer *step* before the first batch would be meaningless. With
+    same; only an optimizer *step* before the first batch would be meaningless. An empty
+    batch is passed through and leaves the scale uninitialised. With
     ``learn_scale=False`` the scale is a buffer fixed after the first batch (calibration).
+
+    The step size the forward uses is the stored :math:`s` made positive and bounded,
+
+    .. math::
+
+        \hat s = \min\big(\max(|s|,\ s_{\min}),\ s_{\max}\big), \qquad
+        \frac{\partial \hat s}{\partial s} = \operatorname{sign}(s) \quad
+        (\operatorname{sign}(0) = 1),
+
+    where :math:`s_{\min}` is the smallest positive normal number of the dtype the
+    quantization is computed in (float32 for half inputs) and
+    :math:`s_{\max} = (1 - \epsilon)\,\max_x / \max(|q_-|, q_+)` with :math:`\max_x` the
+    largest finite value of the input's dtype, so that every level :math:`q \hat s` of the
+    grid is finite in that dtype. An optimizer step that drives a learned :math:`s` to 0 or
+    below (e.g. SGD with a large learning rate) therefore leaves the forward finite: a
+    negative :math:`s` quantizes like :math:`|s|`. The gradient passes straight through the
+    bounds and is mirrored for negative :math:`s`, so such a scale keeps learning (its
+    magnitude moves as a positive scale's would).
 
     Args:
         bits: integer bit width (2 to 16 when signed, 1 to 16 unsigned).
@@ -261,30 +281,62 @@ class Quantize(nn.Module):
             )
         return dim % x.dim()
 
+    def _compute_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+    def _step_bounds(self, dtype: torch.dtype) -> tuple[float, float]:
+        """``(s_min, s_max)`` for inputs of ``dtype`` (see the class docstring)."""
+        compute = torch.finfo(self._compute_dtype(dtype))
+        stored = torch.finfo(self.scale.dtype)
+        levels = max(abs(self.quant_min), abs(self.quant_max))
+        high = torch.finfo(dtype).max / levels * (1 - compute.eps)
+        return max(compute.tiny, stored.tiny), min(high, stored.max)
+
+    def step_size(self, dtype: torch.dtype) -> Tensor:
+        r"""The step size :math:`\hat s` the forward uses for inputs of ``dtype``: ``scale``
+        made positive and bounded, with the gradient ``sign(scale)`` (class docstring)."""
+        low, high = self._step_bounds(dtype)
+        direction = torch.where(self.scale < 0, -1.0, 1.0).to(self.scale.dtype)
+        return ops.clamp(self.scale * direction, low, high, surrogate="identity")
+
     @torch.no_grad()
     def _initialize(self, x: Tensor) -> None:
-        magnitude = x.detach().abs().to(self.scale.dtype)
         if self.per_channel_dim is None:
-            mean = magnitude.mean()
+            rows = x.detach().reshape(1, -1)
         else:
             dim = self._channel_dim(x)
-            mean = magnitude.transpose(0, dim).reshape(x.shape[dim], -1).mean(1)
+            rows = x.detach().transpose(0, dim).reshape(x.shape[dim], -1)
+        finite_batch = bool(torch.isfinite(rows).all())
+        mean = rows.abs().to(self.scale.dtype).mean(1)
+        if finite_batch and not bool(torch.isfinite(mean).all()):
+            # A finite batch whose mean overflows (magnitudes near the dtype's largest
+            # value): the mean of the magnitudes relative to their peak, times the peak.
+            wide = rows.abs().double()
+            peak = wide.amax(1, keepdim=True)
+            ratio = wide / peak.clamp_min(torch.finfo(torch.float64).tiny)
+            mean = (peak * ratio.mean(1, keepdim=True)).squeeze(1)
+        if self.per_channel_dim is None:
+            mean = mean.reshape(())
         scale = 2 * mean / math.sqrt(self.quant_max)
+        if not finite_batch:
+            scale = torch.full_like(scale, math.nan)  # every rank raises below, together
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(scale)
             scale /= torch.distributed.get_world_size()
-        if not bool(torch.isfinite(scale).all()):
+        if bool(torch.isnan(scale).any()):
             raise ValueError(
-                "Expected a finite first batch to initialise `scale`, but found inf or NaN"
+                "Expected a finite first batch `x` to initialise `scale`, but found inf or NaN"
             )
-        scale = scale.clamp_min(torch.finfo(scale.dtype).eps).to(self.scale.device)
-        self.scale.data = scale
+        _, high = self._step_bounds(x.dtype)
+        scale = scale.clamp(torch.finfo(self.scale.dtype).eps, high)
+        self.scale.data = scale.to(device=self.scale.device, dtype=self.scale.dtype)
         self._initialized = True
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self._initialized:
+        check_floating(x, "x")
+        if not self._initialized and x.numel() > 0:
             self._initialize(x)
-        scale = self.scale
+        scale = self.step_size(x.dtype)
         per_scale = x.numel()
         if self.per_channel_dim is not None:
             dim = self._channel_dim(x)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._validation import check_dim, check_floating, check_real
+from ._validation import check_dim, check_floating, check_normal, check_real
 from .estimators._base import noise_dtype, uniform
 
 __all__ = ["bernoulli", "categorical", "noisy_rectifier", "stochastic_times_smooth"]
@@ -30,6 +30,17 @@ def _check_generator(generator: object) -> None:
         raise TypeError(
             f"Expected `generator` to be a torch.Generator or None, but found {type(generator).__name__}"
         )
+
+
+def _resolve(estimator: EstimatorLike, logits: Tensor, where: str) -> _estimators.Estimator:
+    """The pathwise estimator, with its temperature checked against the logits' dtype: it
+    must be a normal number of the dtype the backward computes in (float32 for half
+    types), or logits / tau and the division by tau would give inf and NaN."""
+    chosen = _estimators.resolve(estimator, pathwise=True, where=where)
+    tau = getattr(chosen, "tau", None)
+    if isinstance(tau, float):
+        check_normal(tau, "tau", noise_dtype(logits))
+    return chosen
 
 
 def categorical(
@@ -48,10 +59,16 @@ def categorical(
 
     Args:
         logits: floating tensor; unnormalised log-probabilities along ``dim``. ``-inf``
-            excludes a category; ``+inf`` forces it.
+            excludes a category; ``+inf`` forces it. NaN is not rejected (scanning for it
+            would cost a pass and a device synchronisation per call): it counts as the
+            largest logit, as in :func:`torch.argmax`, so a NaN category is chosen, and the
+            backward reads it as 0, so the gradient stays finite. :func:`hardgrad.expectation`
+            rejects NaN logits.
         dim: the category dimension.
         estimator: a pathwise estimator, by name or instance (e.g.
-            ``hg.estimators.GumbelRao(tau=0.5, k=10)``).
+            ``hg.estimators.GumbelRao(tau=0.5, k=10)``). Its ``tau`` must be a normal
+            number of the dtype the backward computes in (float32 for half types, so
+            ``tau >= 1.2e-38`` there); ``ValueError`` otherwise.
         generator: the source of randomness; the same seed gives the same sample and
             gradient. Under ``torch.compile(fullgraph=True)`` pass ``None`` (torch 2.13's
             dynamo cannot trace a ``torch.Generator`` argument; the global RNG is used).
@@ -71,7 +88,7 @@ def categorical(
             f"but found shape {tuple(logits.shape)}"
         )
     _check_generator(generator)
-    chosen = _estimators.resolve(estimator, pathwise=True, where="hg.categorical")
+    chosen = _resolve(estimator, logits, "hg.categorical")
     return chosen.categorical(logits, chosen.noise(logits, generator), d)
 
 
@@ -90,8 +107,11 @@ def bernoulli(
     Concrete relaxation :math:`\sigma((\ell + L)/\tau)` with logistic noise :math:`L`.
 
     Args:
-        logits: floating tensor of log-odds (any shape, 0-dim included).
-        estimator: a pathwise estimator, by name or instance.
+        logits: floating tensor of log-odds (any shape, 0-dim included). ``-inf`` gives 0
+            and ``+inf`` gives 1; NaN gives 1 (the class-1 logit of ``[0, NaN]`` counts as
+            the larger, as in :func:`categorical`), with a finite gradient.
+        estimator: a pathwise estimator, by name or instance; its ``tau`` is checked as
+            in :func:`categorical`.
         generator: the source of randomness.
 
     Example:
@@ -103,7 +123,7 @@ def bernoulli(
     """
     check_floating(logits, "logits")
     _check_generator(generator)
-    chosen = _estimators.resolve(estimator, pathwise=True, where="hg.bernoulli")
+    chosen = _resolve(estimator, logits, "hg.bernoulli")
     two_class_like = logits.unsqueeze(-1).expand(*logits.shape, 2)  # a view: shape for the noise
     return chosen.bernoulli(logits, chosen.noise(two_class_like, generator))
 

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ._registry import Registry
-from ._validation import check_positive, check_real
+from ._validation import check_positive, check_real, fit_to
 
 __all__ = [
     "SURROGATES",
@@ -175,7 +175,8 @@ class Clipped(Surrogate):
         _check_params(self)
 
     def function(self, x: Tensor) -> Tensor:
-        return torch.clamp(x, -self.width, self.width)
+        width = fit_to(self.width, x.dtype)  # a width beyond x's dtype: its inf
+        return torch.clamp(x, -width, width)
 
     def derivative(self, x: Tensor) -> Tensor:
         return self.support(x).to(x.dtype)
@@ -220,7 +221,7 @@ class Masked(Surrogate):
             )
 
     def function(self, x: Tensor) -> Tensor:
-        return torch.clamp(x, self.min, self.max)
+        return torch.clamp(x, fit_to(self.min, x.dtype), fit_to(self.max, x.dtype))
 
     def derivative(self, x: Tensor) -> Tensor:
         return self.support(x).to(x.dtype)
@@ -259,7 +260,9 @@ class Sigmoid(Surrogate):
 
     def derivative(self, x: Tensor) -> Tensor:
         kx = self.slope * x
-        return self.slope * torch.sigmoid(kx) * torch.sigmoid(-kx)
+        # The bell first: slope * sigmoid(kx) would overflow a half-precision tensor for a
+        # large slope, and then times sigmoid(-kx) = 0 give NaN instead of 0.
+        return self.slope * (torch.sigmoid(kx) * torch.sigmoid(-kx))
 
     def backward(self, grad: Tensor, x: Tensor) -> Tensor:
         s = torch.sigmoid(x if self.slope == 1 else self.slope * x)

@@ -108,7 +108,9 @@ def summarize(draws: Tensor, exact: Tensor | None, name: str, seconds: float) ->
     """The figures of one estimator from its draws ``(D, *shape)`` and the exact gradient."""
     flat = draws.detach().double().reshape(draws.shape[0], -1)
     mean = flat.mean(0)
-    spread = math.sqrt(float(flat.var(0, correction=1).sum())) if flat.shape[0] > 1 else 0.0
+    # Empty logits have no coordinate to vary (and torch warns on a variance of nothing).
+    varies = flat.shape[0] > 1 and flat.shape[1] > 0
+    spread = math.sqrt(float(flat.var(0, correction=1).sum())) if varies else 0.0
     mean_norm = float(mean.norm())
     snr = _ratio(mean_norm, spread)
     if exact is None:
@@ -183,7 +185,12 @@ def compare(
         raise ValueError("Expected at least one estimator in `estimators`, but found none")
     if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 2:
         raise ValueError(f"Expected `num_draws` >= 2 (an int), but found num_draws={num_draws!r}")
-    chosen = [resolve(e) for e in estimators]
+    chosen = []
+    for entry in estimators:
+        try:
+            chosen.append(resolve(entry))
+        except (TypeError, ValueError) as error:  # name the argument the caller passed
+            raise type(error)(f"Bad entry {entry!r} in `estimators`: {error}") from None
     reference = exact_gradient(f, logits, dist=dist, dim=dim) if exact else None
     rows = []
     for spec, est in zip(estimators, chosen, strict=True):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._validation import check_broadcastable_to, check_floating, check_real
+from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
 from ._autograd import (
     HardFn,
     MaskedGradient,
@@ -293,7 +293,9 @@ def clamp(
     Args:
         x: a floating-point tensor.
         min, max: lower and upper bound (numbers or tensors); at least one is required.
-            Number bounds must satisfy ``min <= max``.
+            Number bounds must satisfy ``min <= max``; one beyond the range of ``x``'s
+            dtype is rounded to it (e.g. ``1e300`` to ``inf`` for float32), which gives the
+            correctly rounded clamp, where :func:`torch.clamp` raises.
         surrogate: ``"masked"`` or ``"identity"`` (or another ``"clamp"`` surrogate).
 
     Example:
@@ -332,6 +334,9 @@ def clamp(
         return y
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
+    # Bounds beyond x's dtype are rounded to it (torch.clamp would raise a RuntimeError).
+    lo = None if lo is None else fit_to(lo, x.dtype)
+    hi = None if hi is None else fit_to(hi, x.dtype)
     if chosen.kind != "indicator":
         return apply_surrogate(x, functools.partial(torch.clamp, min=lo, max=hi), chosen)
     y, _ = MaskedGradient.apply(x, functools.partial(_clamp_with_mask, min=lo, max=hi))

@@ -14,6 +14,7 @@ from .._validation import (
     check_broadcastable_to,
     check_floating,
     check_int,
+    check_normal,
     check_positive,
     check_real,
     value_checks_apply,
@@ -169,7 +170,11 @@ def quantize(
     bit-identical to :func:`torch.fake_quantize_per_tensor_affine` (float32, per-tensor
     scale, integral zero point): like it, :math:`x/s` is computed as :math:`x \cdot (1/s)`
     and ties round to even. float16/bfloat16 inputs are quantized in float32 and the result
-    cast back.
+    cast back. The grid must fit ``x``'s dtype: where a level times the scale,
+    :math:`(q - z)\,s`, exceeds its largest finite value (e.g. float16 with
+    :math:`s \cdot 128 > 65504`), the output overflows to :math:`\pm\infty`, as torch's
+    kernel does in float32; :class:`hardgrad.nn.Quantize` bounds its step size so that this
+    cannot happen. NaN inputs give NaN (torch's kernel maps them to a bound).
 
     Backward for ``x``: ``"masked"`` (default) passes the gradient where
     :math:`q_- \le q \le q_+` and zeroes it where the value saturates (the STE of
@@ -199,9 +204,13 @@ def quantize(
 
     Args:
         x: floating-point tensor.
-        scale: positive number, or positive floating tensor broadcastable to ``x``.
+        scale: positive number, or positive floating tensor broadcastable to ``x``; a
+            normal number of the dtype ``x`` is quantized in (float32 for float32 and half
+            inputs, float64 for float64), so that :math:`1/s` and :math:`x/s` are finite.
         zero_point: number or tensor broadcastable to ``x``.
-        quant_min, quant_max: integer range, ``quant_min < quant_max``.
+        quant_min, quant_max: integer range, ``quant_min < quant_max``, each within
+            :math:`\pm 2^{24}` (:math:`\pm 2^{53}` for float64 inputs), so that every level
+            is exact in the dtype ``x`` is quantized in.
         surrogate: ``"masked"`` or ``"identity"``.
         grad_scale: factor for the scale and zero-point gradients; ``None`` means 1.
             LSQ recommends :math:`1/\sqrt{N q_+}` for :math:`N` elements per scale
@@ -224,15 +233,17 @@ def quantize(
         raise ValueError(
             f"Surrogate {chosen!r} cannot be used with `quantize`; use 'masked' or 'identity'"
         )
-    quant_min = check_int(quant_min, "quant_min")
-    quant_max = check_int(quant_max, "quant_max")
+    dtype = _compute_dtype(x.dtype)
+    # Every level must be an integer the compute dtype holds exactly (2**24 in float32).
+    exact = 2 * round(1 / torch.finfo(dtype).eps)
+    quant_min = check_int(quant_min, "quant_min", low=-exact, high=exact)
+    quant_max = check_int(quant_max, "quant_max", low=-exact, high=exact)
     if quant_min >= quant_max:
         raise ValueError(
             f"Expected `quant_min` < `quant_max`, but found quant_min={quant_min}, "
             f"quant_max={quant_max}"
         )
     factor = 1.0 if grad_scale is None else check_positive(grad_scale, "grad_scale")
-    dtype = _compute_dtype(x.dtype)
     if isinstance(scale, Tensor):
         check_floating(scale, "scale")
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
@@ -241,7 +252,8 @@ def quantize(
             f"but found {type(scale).__name__}"
         )
     else:
-        check_positive(scale, "scale")
+        # A scale outside the compute dtype's normal range would round to 0 or inf there.
+        check_normal(check_positive(scale, "scale"), "scale", dtype)
     zero_point_t = (
         None
         if not isinstance(zero_point, Tensor) and check_real(zero_point, "zero_point") == 0
@@ -274,10 +286,16 @@ def quantize(
         return y
     scale_t = _qparam(scale, "scale", x, dtype)
     if isinstance(scale, Tensor) and value_checks_apply(scale):
-        bad = ~((scale > 0) & torch.isfinite(scale))
+        # Checked as used, in the compute dtype: a float64 scale below float32's normal
+        # range would become 0 there (or a subnormal whose reciprocal is inf).
+        info = torch.finfo(dtype)
+        used = scale_t.detach()
+        bad = ~((used >= info.tiny) & (used <= info.max))
         if bool(bad.any()):
             raise ValueError(
-                f"Expected every `scale` > 0 and finite, but found {scale[bad].flatten()[:4].tolist()}"
+                f"Expected every `scale` > 0, finite and a normal number of {dtype} (the dtype "
+                f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found "
+                f"{scale.detach()[bad].flatten()[:4].tolist()}"
             )
     y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)
     return y

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .._kernels import eager_plain, finite, one_hot, opmath, softmax_vjp
-from .._validation import check_dim, check_floating, check_int, check_positive
+from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import cached_signature
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
@@ -28,7 +28,10 @@ def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, flo
         raise ValueError(
             f"Expected `{name}` to have at least one entry along dim={dim}, but found shape {tuple(x.shape)}"
         )
-    return d, check_positive(tau, "tau")
+    # tau must stay a normal number where the backward computes (float32 for half types):
+    # below that, logits / tau and the division by tau give inf and NaN.
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return d, check_normal(check_positive(tau, "tau"), "tau", compute)
 
 
 @cached_signature
@@ -73,7 +76,8 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
     Args:
         logits: floating tensor with at least one dimension.
         dim: the category dimension.
-        tau: temperature of the backward's softmax, > 0.
+        tau: temperature of the backward's softmax, > 0 and a normal number of the dtype
+            the backward computes in (float32 for half types; e.g. >= 1.2e-38 there).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -132,11 +136,15 @@ def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
 
 def _soft_topk_vjp(m: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     r"""VJP of the sigmoid-threshold top-k: :math:`a \odot (g - \langle g, a\rangle / \sum a)`,
-    :math:`a = m(1 - m)/\tau` (implicit differentiation through :math:`\sum m = k`)."""
-    a = m * (1 - m) / tau
+    :math:`a = m(1 - m)/\tau` (implicit differentiation through :math:`\sum m = k`).
+
+    Computed with :math:`m(1 - m)` and divided by :math:`\tau` last (the bracket does not
+    depend on the scale of :math:`a`), so that a small ``tau`` overflows to inf only where
+    the gradient itself does, never to ``0 * inf`` = NaN."""
+    a = m * (1 - m)
     g = opmath(grad)
     total = a.sum(dim, keepdim=True).clamp_min(torch.finfo(a.dtype).tiny)
-    return (a * (g - (g * a).sum(dim, keepdim=True) / total)).to(grad.dtype)
+    return (a * (g - (g * a).sum(dim, keepdim=True) / total) / tau).to(grad.dtype)
 
 
 @cached_signature
@@ -209,7 +217,8 @@ def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
         x: floating tensor with at least one dimension.
         k: how many entries to keep, ``0 <= k <= x.shape[dim]``.
         dim: the dimension to select along.
-        tau: temperature of the relaxation, > 0.
+        tau: temperature of the relaxation, > 0 and a normal number of the dtype the
+            backward computes in (float32 for half types; e.g. >= 1.2e-38 there).
 
     Example:
         >>> import torch, hardgrad as hg

@@ -97,6 +97,7 @@ def straight_through(
     if not callable(hard):
         raise TypeError(f"Expected `hard` to be callable, but found {type(hard).__name__}")
     if isinstance(soft, str):
+        _surrogates.SURROGATES.get(soft, "soft")  # an unknown name: ValueError naming `soft`
         return StraightThrough(hard, _surrogates.get(soft))
     if soft is None or isinstance(soft, _surrogates.Surrogate) or callable(soft):
         return StraightThrough(hard, soft)
