@@ -231,6 +231,16 @@ def test_anneal_schedules(kind, midpoint):
     assert schedule(-3) == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("kind", ["exponential", "linear", "cosine"])
+@pytest.mark.parametrize(("start", "end"), [(1.0, 1e-300), (1e-300, 1.0), (1e-300, 1e300)])
+def test_anneal_keeps_far_apart_ends_exact_and_positive(kind, start, end):
+    """start + (end - start) * s rounded 1 -> 1e-300 to 0 (a zero temperature); the
+    weighted forms give both ends exactly and stay positive in between."""
+    schedule = hg.nn.anneal(start, end, 4, kind=kind)
+    assert schedule(0) == start and schedule(4) == end
+    assert all(0 < schedule(t) < math.inf for t in range(5))
+
+
 def test_anneal_bad_arguments():
     with pytest.raises(ValueError, match="start"):
         hg.nn.anneal(0.0, 1.0, 10)

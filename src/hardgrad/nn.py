@@ -421,11 +421,13 @@ class Anneal:
 
     def __call__(self, step: int) -> float:
         s = min(max(step, 0) / self.steps, 1.0)
+        # Weighted forms, w * start + (1 - w) * end (a geometric mean for exponential): exact
+        # at both ends and positive for any positive pair, where start + (end - start) * s
+        # loses the smaller value to rounding (1 -> 1e-300 would end at 0, not 1e-300).
         if self.kind == "exponential":
-            return self.start * (self.end / self.start) ** s
-        if self.kind == "linear":
-            return self.start + (self.end - self.start) * s
-        return self.end + 0.5 * (self.start - self.end) * (1 + math.cos(math.pi * s))
+            return self.start ** (1 - s) * self.end**s
+        weight = 1 - s if self.kind == "linear" else 0.5 * (1 + math.cos(math.pi * s))
+        return self.start * weight + self.end * (1 - weight)
 
     def __repr__(self) -> str:
         return f"anneal(start={self.start}, end={self.end}, steps={self.steps}, kind={self.kind!r})"
