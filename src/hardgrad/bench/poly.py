@@ -44,7 +44,7 @@ compare its final loss with the loss there. Plot: ``poly_curves.png``.
 **--quick.** 400 steps at lr 2e-2 (20 times fewer steps at 20 times the learning rate,
 so that Adam can move :math:`\theta` as far as in the full run), 2 seeds, a batch of 16
 evaluations per step (REBAR/RELAX: 5 draws, 15 evaluations) and without ``relax(mlp)``, to
-stay near 40 s on two cores (Gumbel-Rao's 10 conditional draws and REBAR/RELAX's inner
+stay near 30 s on two idle cores (28 s measured; Gumbel-Rao's 10 conditional draws and REBAR/RELAX's inner
 gradients dominate).
 
 **Wall time.** The full run took 2228 s on two idle cores (``docs/results/poly/``):

@@ -36,7 +36,7 @@ trains on its shard of the training set with its own shuffling seed, and the qua
 scales are set (and averaged across ranks) on a calibration batch before wrapping.
 
 Wall time on two idle cores: 79 s for the full run (3 seeds, 30 epochs; the run in
-``docs/results/full/``), about 20 s with ``--quick``.
+``docs/results/full/``), 14 s with ``--quick``.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ a closed-form variance of 0 needs a measured variance of 0 to rounding. A check 
 tell), not as a failure (four, so that a full run's ~200 checks raise a false failure
 about once in a hundred runs).
 
-Wall time on two idle cores: 87-111 s for the full run (``docs/results/toy/``), about 20 s
+Wall time on two idle cores: 87-111 s for the full run (``docs/results/toy/``), 22 s
 with ``--quick``.
 
 **Curves.** At :math:`t = 0.499`, ``phi`` starts at 0 and Adam (lr 0.01) follows each

@@ -27,7 +27,8 @@ variances at equal evaluations.
 Measured wall times (digits, 2 CPU cores shared with other jobs, load average about 5):
 ``--quick`` 54 s; ``--quick`` under ``torchrun --nproc_per_node 2`` (one thread per rank)
 75 s. The full run (32 bits, 3000 steps, 13 estimators): 447 s on that loaded machine
-(Gumbel-Rao alone 150 s); 230 s on idle cores (the run in ``docs/results/full/``).
+(Gumbel-Rao alone 150 s); 230 s on idle cores (the run in ``docs/results/full/``), where
+``--quick`` takes 21 s.
 
 Under ``torchrun --nproc_per_node N`` every rank trains on its shard of the training
 images with DistributedDataParallel (see :mod:`hardgrad.bench._distributed`).

@@ -28,7 +28,7 @@ the expensive part).
 
 Measured wall times (digits, 2 CPU cores shared with other jobs, load average about 5):
 ``--quick`` 66 s for the task at 200 steps, so the quick setting was cut to 150 steps
-(about 50 s expected on that machine, less on idle cores). The full run (two
+(17 s on idle cores). The full run (two
 configurations, 11 estimators, 2000 steps each, exact 8x4 enumeration at 4 checkpoints)
 took 377 s on idle cores (the run in ``docs/results/full/``; lower ``steps`` for a shorter
 run).
