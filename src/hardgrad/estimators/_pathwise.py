@@ -18,7 +18,7 @@ from torch.nn.functional import softplus
 
 from .._kernels import finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
-from ..ops._autograd import cached_signature
+from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
 
 
@@ -351,10 +351,10 @@ class ST(_Tempered):
     name: ClassVar[str] = "st"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        return _StraightThroughSample.apply(logits, noise, dim, self.tau)
+        return apply_function(_StraightThroughSample, logits, noise, dim, self.tau)
 
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return _BinarySample.apply(logits, noise, "st", self.tau)[0]
+        return apply_function(_BinarySample, logits, noise, "st", self.tau)[0]
 
 
 @ESTIMATORS.register("st_identity")
@@ -377,10 +377,10 @@ class STIdentity(Estimator):
     name: ClassVar[str] = "st_identity"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        return _IdentitySample.apply(logits, noise, dim)
+        return apply_function(_IdentitySample, logits, noise, dim)
 
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return _BinarySample.apply(logits, noise, "identity", 1.0)[0]
+        return apply_function(_BinarySample, logits, noise, "identity", 1.0)[0]
 
 
 @ESTIMATORS.register("gumbel_softmax")
@@ -432,11 +432,11 @@ class STGumbel(_Tempered):
     name: ClassVar[str] = "st_gumbel"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        sample, _ = _GumbelStraightThroughSample.apply(logits, noise, dim, self.tau)
+        sample, _ = apply_function(_GumbelStraightThroughSample, logits, noise, dim, self.tau)
         return sample
 
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return _BinarySample.apply(logits, noise, "st_gumbel", self.tau)[0]
+        return apply_function(_BinarySample, logits, noise, "st_gumbel", self.tau)[0]
 
 
 @ESTIMATORS.register("gumbel_rao")
@@ -478,11 +478,11 @@ class GumbelRao(_Tempered):
         gumbel, exponentials = noise
         if dim < 0:  # the backward works on (k, *logits.shape): it needs dim from the front
             dim += logits.dim()
-        return _GumbelRaoSample.apply(logits, gumbel, exponentials, dim, self.tau)
+        return apply_function(_GumbelRaoSample, logits, gumbel, exponentials, dim, self.tau)
 
     def bernoulli(self, logits: Tensor, noise: tuple[Tensor, Tensor]) -> Tensor:
         gumbel, exponentials = noise
-        return _BinaryGumbelRaoSample.apply(logits, gumbel, exponentials, self.tau)[0]
+        return apply_function(_BinaryGumbelRaoSample, logits, gumbel, exponentials, self.tau)[0]
 
 
 @ESTIMATORS.register("reinmax")
@@ -509,10 +509,10 @@ class ReinMax(_Tempered):
     name: ClassVar[str] = "reinmax"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        return _ReinMaxSample.apply(logits, noise, dim, self.tau)
+        return apply_function(_ReinMaxSample, logits, noise, dim, self.tau)
 
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return _BinarySample.apply(logits, noise, "reinmax", self.tau)[0]
+        return apply_function(_BinarySample, logits, noise, "reinmax", self.tau)[0]
 
 
 @ESTIMATORS.register("gst")
@@ -554,5 +554,5 @@ class GST(_Tempered):
         check_positive(self.gap, "gap")
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        sample, _ = _GappedSample.apply(logits, noise, dim, self.tau, self.gap)
+        sample, _ = apply_function(_GappedSample, logits, noise, dim, self.tau, self.gap)
         return sample

@@ -46,6 +46,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain
 from .._validation import check_positive, check_real
+from ..ops._autograd import apply_function
 from ._base import ESTIMATORS, uniform
 from ._pathwise import conditional_gumbel
 from ._problem import Problem
@@ -263,8 +264,13 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
         if not params:
             return attach_gradient(problem, values.mean(0), gradient)
         logits, mean = problem.logits, values.mean(0)
-        zero = _GradientWithVariance.apply(
-            logits, gradient.detach().to(logits.dtype), mean.detach(), [gradient], *params
+        zero = apply_function(
+            _GradientWithVariance,
+            logits,
+            gradient.detach().to(logits.dtype),
+            mean.detach(),
+            [gradient],
+            *params,
         )
         return mean + zero
 

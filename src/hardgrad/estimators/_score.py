@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain, finite
 from .._validation import check_int, check_real
-from ..ops._autograd import cached_signature
+from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
 from ._problem import Problem
 
@@ -58,7 +58,7 @@ def first_order_only(gradient: Tensor, logits: Tensor) -> Tensor:
     """
     if not torch.is_grad_enabled() or not eager_plain(gradient):
         return gradient
-    return _FirstOrderOnly.apply(gradient.detach(), logits)
+    return apply_function(_FirstOrderOnly, gradient.detach(), logits)
 
 
 @cached_signature
@@ -91,7 +91,9 @@ def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor
     logits = problem.logits
     if not (logits.requires_grad and torch.is_grad_enabled()):
         return value
-    zero = _ScoreGradient.apply(logits, gradient.detach().to(logits.dtype), value.detach())
+    zero = apply_function(
+        _ScoreGradient, logits, gradient.detach().to(logits.dtype), value.detach()
+    )
     return value + zero
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+from torch._functorch.utils import unwrap_dead_wrappers
 
 from .._kernels import eager_plain
 from ..surrogates import Surrogate
@@ -54,6 +55,24 @@ def cached_signature(cls: type[F]) -> type[F]:
     forward: Any = cls.forward
     forward.__signature__ = inspect.signature(forward)
     return cls
+
+
+def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
+    """``function.apply(*args)`` without its per-call cost in plain eager mode.
+
+    ``Function.apply`` binds its arguments to ``forward``'s signature on every call when
+    ``setup_context`` is defined (which ``torch.func`` needs), a pure-Python step that costs
+    about as much as the rest of a small op's forward and backward. hardgrad passes every
+    argument positionally and its forwards have no defaults, so the binding is a no-op: in
+    eager mode without an active ``torch.func`` transform this calls the C++ ``apply`` that
+    ``Function.apply`` ends in, after the same unwrapping of tensors left over from exited
+    transforms. Under ``torch.compile`` or a transform it is ``function.apply`` itself, the
+    call Dynamo and functorch recognise.
+    """
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    base = super(torch.autograd.Function, function)  # the C++ _FunctionBase.apply
+    return base.apply(*unwrap_dead_wrappers(args))  # type: ignore[attr-defined]
 
 
 @cached_signature
@@ -136,10 +155,10 @@ def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
     indicator surrogates, the input otherwise.
     """
     if surrogate.kind == "identity":
-        return IdentityGradient.apply(x, hard)
+        return apply_function(IdentityGradient, x, hard)
     if surrogate.kind == "indicator":
-        y, _ = MaskedGradient.apply(
-            x, functools.partial(_with_mask, hard=hard, mask=surrogate.support)
+        y, _ = apply_function(
+            MaskedGradient, x, functools.partial(_with_mask, hard=hard, mask=surrogate.support)
         )
         return y
-    return SurrogateGradient.apply(x, hard, surrogate)
+    return apply_function(SurrogateGradient, x, hard, surrogate)

@@ -19,6 +19,7 @@ from .._validation import check_broadcastable_to, check_floating, check_real, fi
 from ._autograd import (
     HardFn,
     MaskedGradient,
+    apply_function,
     apply_surrogate,
     cached_signature,
     float_compare,
@@ -328,9 +329,9 @@ def clamp(
             else x.new_tensor(math.inf if hi is None else hi)
         )
         if lo_t.requires_grad or hi_t.requires_grad:
-            y, _, _ = _ClampTensorBounds.apply(x, lo_t, hi_t, identity)
+            y, _, _ = apply_function(_ClampTensorBounds, x, lo_t, hi_t, identity)
         else:
-            y, _ = _ClampFixedTensorBounds.apply(x, lo_t, hi_t, identity)
+            y, _ = apply_function(_ClampFixedTensorBounds, x, lo_t, hi_t, identity)
         return y
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
@@ -339,5 +340,5 @@ def clamp(
     hi = None if hi is None else fit_to(hi, x.dtype)
     if chosen.kind != "indicator":
         return apply_surrogate(x, functools.partial(torch.clamp, min=lo, max=hi), chosen)
-    y, _ = MaskedGradient.apply(x, functools.partial(_clamp_with_mask, min=lo, max=hi))
+    y, _ = apply_function(MaskedGradient, x, functools.partial(_clamp_with_mask, min=lo, max=hi))
     return y

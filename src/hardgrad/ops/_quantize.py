@@ -19,7 +19,13 @@ from .._validation import (
     check_real,
     value_checks_apply,
 )
-from ._autograd import IdentityGradient, MaskedGradient, cached_signature, masked
+from ._autograd import (
+    IdentityGradient,
+    MaskedGradient,
+    apply_function,
+    cached_signature,
+    masked,
+)
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -273,7 +279,7 @@ def quantize(
                 quant_min=quant_min,
                 quant_max=quant_max,
             )
-            return IdentityGradient.apply(x, forward)
+            return apply_function(IdentityGradient, x, forward)
         hard_and_mask = functools.partial(
             _fake_quantize,
             scale=value,
@@ -282,7 +288,7 @@ def quantize(
             quant_min=quant_min,
             quant_max=quant_max,
         )
-        y, _ = MaskedGradient.apply(x, hard_and_mask)
+        y, _ = apply_function(MaskedGradient, x, hard_and_mask)
         return y
     scale_t = _qparam(scale, "scale", x, dtype)
     if isinstance(scale, Tensor) and value_checks_apply(scale):
@@ -297,5 +303,7 @@ def quantize(
                 f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found "
                 f"{scale.detach()[bad].flatten()[:4].tolist()}"
             )
-    y, _ = _FakeQuantize.apply(x, scale_t, zero_point_t, quant_min, quant_max, identity, factor)
+    y, _ = apply_function(
+        _FakeQuantize, x, scale_t, zero_point_t, quant_min, quant_max, identity, factor
+    )
     return y

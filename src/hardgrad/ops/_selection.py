@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
-from ._autograd import cached_signature
+from ._autograd import apply_function, cached_signature
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
 # dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
@@ -89,7 +89,7 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
         tensor([-0.0283,  0.2482, -0.2094, -0.0104])
     """
     d, t = _check_selection(logits, dim, tau, "logits")
-    return _OneHotArgmax.apply(logits, d, t)
+    return apply_function(_OneHotArgmax, logits, d, t)
 
 
 def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
@@ -230,7 +230,7 @@ def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
         tensor([ 0.1587, -0.0516, -0.0411, -0.0659])
     """
     k, d, t = _check_topk(x, k, dim, tau)
-    return _TopKMask.apply(x, k, d, t)
+    return apply_function(_TopKMask, x, k, d, t)
 
 
 def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
@@ -254,4 +254,4 @@ def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Ten
         (tensor([0.2202, 0.9266, 0.0303, 0.8228]), tensor(2.))
     """
     k, d, t = _check_topk(x, k, dim, tau)
-    return _SoftTopKMask.apply(x, k, d, t).to(x.dtype)
+    return apply_function(_SoftTopKMask, x, k, d, t).to(x.dtype)
