@@ -1,8 +1,11 @@
 """Shared fixtures for the hardgrad test suite.
 
 Helpers are handed to tests as fixtures (``--import-mode=importlib`` makes test modules
-unable to import one another), and parametrisations are built from the registries
-(``hardgrad.ops.OPS``, ``hardgrad.surrogates.SURROGATES``), never from hand-kept lists.
+unable to import one another); the one exception is ``_properties.py``, the hypothesis
+strategies that the property tests need when they are decorated, which this file makes
+importable by putting this folder on ``sys.path``. Parametrisations are built from the
+registries (``hardgrad.ops.OPS``, ``hardgrad.surrogates.SURROGATES``), never from hand-kept
+lists.
 
 CUDA tests. Tests marked ``cuda`` are skipped when ``torch.cuda.is_available()`` is False.
 Tests that take their device from the :func:`cuda_device` fixture (rather than writing
@@ -17,11 +20,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for _properties.py
 
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 

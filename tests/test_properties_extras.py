@@ -26,58 +26,20 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hardgrad as hg
+from _properties import (
+    property_settings,
+    tensors,
+    upstream,
+)
 from hardgrad.estimators import Problem, attach_gradient, gumbel_noise
 from hardgrad.ops import OPS
 from hardgrad.surrogates import SURROGATES
 
-SETTINGS = settings(
-    derandomize=True,
-    deadline=None,
-    max_examples=30,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,  # conftest's autouse seed; draws use their own
-        HealthCheck.too_slow,
-    ],
-)
-
-DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-INF, NAN = math.inf, math.nan
-
-
-@st.composite
-def tensors(
-    draw: st.DrawFn,
-    *,
-    dtypes: tuple[torch.dtype, ...] = DTYPES,
-    min_dims: int = 0,
-    max_dims: int = 3,
-    max_side: int = 4,
-    nonfinite: bool = False,
-    bound: float | None = None,
-) -> torch.Tensor:
-    """A tensor of drawn dtype and shape (0-dim and empty included); values up to the
-    dtype's largest (or ``bound``), subnormals, and inf/NaN when ``nonfinite``."""
-    dtype = draw(st.sampled_from(dtypes))
-    shape = tuple(draw(st.lists(st.integers(0, max_side), min_size=min_dims, max_size=max_dims)))
-    info = torch.finfo(dtype)
-    top = info.max if bound is None else bound
-    choices = [
-        st.floats(-4.0, 4.0),
-        st.floats(-top, top),
-        st.sampled_from((0.0, -0.0, info.tiny, -info.tiny, info.tiny * info.eps, top, -top)),
-    ]
-    if nonfinite:
-        choices.append(st.sampled_from((INF, -INF, NAN)))
-    n = math.prod(shape)
-    values = draw(st.lists(st.one_of(choices), min_size=n, max_size=n))
-    x = torch.tensor(values, dtype=torch.float64)
-    x = torch.where(torch.isfinite(x), x.clamp(-info.max, info.max), x)
-    return x.to(dtype).reshape(shape)
+SETTINGS = property_settings(max_examples=30)
 
 
 # --------------------------------------------------------------------------------------
@@ -121,7 +83,9 @@ def test_schedule_is_finite_positive_monotone_and_hits_its_ends(start, end, step
 @SETTINGS
 @given(data=st.data(), tau=st.one_of(st.floats(0.01, 100.0), st.just(1.0)), seed=st.integers(0, 99))
 def test_soft_topk_mask_is_a_finite_relaxed_mask(data, tau, seed):
-    x = data.draw(tensors(min_dims=1, bound=1e4).filter(lambda t: t.shape[-1] > 0), label="x")
+    x = data.draw(
+        tensors(max_dims=3, min_dims=1, bound=1e4).filter(lambda t: t.shape[-1] > 0), label="x"
+    )
     k = data.draw(st.integers(0, x.shape[-1]), label="k")
     leaf = x.clone().requires_grad_()
     m = hg.ops.soft_topk_mask(leaf, k, tau=tau)
@@ -131,9 +95,7 @@ def test_soft_topk_mask_is_a_finite_relaxed_mask(data, tau, seed):
         sums = m.double().sum(-1)
         tolerance = 1e-6 if x.dtype == torch.float64 else 2e-2 * x.shape[-1]
         torch.testing.assert_close(sums, torch.full_like(sums, k), atol=tolerance, rtol=0)
-    g = torch.Generator().manual_seed(seed)
-    upstream = torch.randn(x.shape, generator=g, dtype=torch.float64).to(x.dtype)
-    (grad,) = torch.autograd.grad(m, leaf, upstream)
+    (grad,) = torch.autograd.grad(m, leaf, upstream(m, seed))
     assert grad.shape == x.shape and grad.dtype == x.dtype and torch.isfinite(grad).all(), grad
 
 
@@ -143,7 +105,7 @@ def test_soft_topk_mask_is_a_finite_relaxed_mask(data, tau, seed):
 
 
 @SETTINGS
-@given(like=tensors(nonfinite=True), seed=st.integers(0, 2**31))
+@given(like=tensors(max_dims=3, nonfinite=True), seed=st.integers(0, 2**31))
 def test_gumbel_noise_is_finite_reproducible_and_leaves_the_global_rng(like, seed):
     before = torch.random.get_rng_state()
     first = gumbel_noise(like, torch.Generator().manual_seed(seed))
@@ -159,7 +121,7 @@ def test_gumbel_noise_is_finite_reproducible_and_leaves_the_global_rng(like, see
 
 @SETTINGS
 @given(
-    logits=tensors(dtypes=(torch.float64, torch.float32), bound=1e30),
+    logits=tensors(dtypes=(torch.float64, torch.float32), max_dims=3, bound=1e30),
     scale=st.floats(-1e3, 1e3),
     seed=st.integers(0, 99),
 )
@@ -193,7 +155,10 @@ def _model(x: torch.Tensor, w: torch.Tensor, use_hardgrad: bool) -> torch.Tensor
 
 
 @SETTINGS
-@given(x=tensors(dtypes=(torch.float32, torch.float64), nonfinite=True), hardgrad_op=st.booleans())
+@given(
+    x=tensors(dtypes=(torch.float32, torch.float64), max_dims=3, nonfinite=True),
+    hardgrad_op=st.booleans(),
+)
 def test_audit_never_changes_results_and_flags_only_torch_round(x, hardgrad_op):
     w = torch.full((), 1.5, dtype=x.dtype, requires_grad=True)
     plain = _model(x, w, hardgrad_op)
@@ -223,7 +188,7 @@ def test_assert_straight_through_accepts_every_op_with_its_surrogates(name, data
     spec = OPS.get(name)
     surrogates = [n for n, cls in SURROGATES.items() if spec.family in cls.applies_to]
     surrogate = data.draw(st.sampled_from(surrogates), label="surrogate")
-    x = data.draw(tensors(), label="x")
+    x = data.draw(tensors(max_dims=3), label="x")
 
     def op(t: torch.Tensor) -> torch.Tensor:
         return spec(t, surrogate=surrogate)

@@ -22,28 +22,26 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hardgrad as hg
+from _properties import (
+    INF,
+    NAN,
+    assert_raises_naming,
+    property_settings,
+    surrogate_names,
+    tensor_of,
+    tensors,
+    upstream,
+)
 from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
-from hardgrad.surrogates import SURROGATES
 
-SETTINGS = settings(
-    derandomize=True,
-    deadline=None,
-    max_examples=25,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,  # conftest's autouse seed; draws use their own
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+SETTINGS = property_settings(max_examples=25)
 
-DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-INF, NAN = math.inf, math.nan
+
 MODULES = [
     name
     for name in hg.nn.__all__
@@ -54,74 +52,6 @@ MODULES = [
 # --------------------------------------------------------------------------------------
 # Strategies.
 # --------------------------------------------------------------------------------------
-
-
-def special_values(dtype: torch.dtype) -> tuple[float, ...]:
-    info = torch.finfo(dtype)
-    subnormal = info.tiny * info.eps
-    return (
-        *(0.0, -0.0, 0.5, -0.5, 1.0, -1.5, info.max, -info.max, info.max / 3, -info.max / 3),
-        *(info.tiny, -info.tiny, subnormal, -subnormal, info.eps),
-    )
-
-
-def elements(dtype: torch.dtype, nonfinite: bool = False) -> st.SearchStrategy[float]:
-    info = torch.finfo(dtype)
-    choices = [
-        st.floats(-8.0, 8.0),
-        st.sampled_from(special_values(dtype)),
-        st.floats(-info.max, info.max),
-        st.floats(-info.tiny, info.tiny),
-    ]
-    if nonfinite:
-        choices.append(st.sampled_from((INF, -INF, NAN)))
-    return st.one_of(choices)
-
-
-@st.composite
-def tensor_of(
-    draw: st.DrawFn, dtype: torch.dtype, shape: tuple[int, ...], nonfinite: bool = False
-) -> torch.Tensor:
-    """Drawn values (sometimes all equal) of ``dtype`` and ``shape``."""
-    n = math.prod(shape)
-    if n and draw(st.booleans()) and draw(st.booleans()):
-        values = [draw(elements(dtype, nonfinite))] * n
-    else:
-        values = draw(st.lists(elements(dtype, nonfinite), min_size=n, max_size=n))
-    x = torch.tensor(values, dtype=torch.float64)
-    info = torch.finfo(dtype)
-    x = torch.where(torch.isfinite(x), x.clamp(-info.max, info.max), x)
-    return x.to(dtype).reshape(shape)
-
-
-@st.composite
-def tensors(
-    draw: st.DrawFn,
-    *,
-    dtypes: tuple[torch.dtype, ...] = DTYPES,
-    min_dims: int = 0,
-    max_dims: int = 4,
-    max_side: int = 4,
-    nonfinite: bool = False,
-) -> torch.Tensor:
-    dtype = draw(st.sampled_from(dtypes))
-    shape = tuple(draw(st.lists(st.integers(0, max_side), min_size=min_dims, max_size=max_dims)))
-    return draw(tensor_of(dtype, shape, nonfinite))
-
-
-def upstream(like: torch.Tensor, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(like.shape, generator=g, dtype=torch.float64).to(like.dtype)
-
-
-def assert_raises_naming(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    with pytest.raises((TypeError, ValueError)) as info:
-        fn(*args, **kwargs)
-    assert f"`{name}`" in str(info.value), (name, str(info.value))
-
-
-def surrogate_names(family: str) -> list[str]:
-    return [n for n, cls in SURROGATES.items() if family in cls.applies_to]
 
 
 PATHWISE = [n for n, cls in ESTIMATORS.items() if cls.pathwise]

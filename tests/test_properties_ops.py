@@ -25,27 +25,24 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hardgrad as hg
+from _properties import (
+    INF,
+    NAN,
+    assert_raises_naming,
+    property_settings,
+    tensors,
+    upstream,
+)
 from hardgrad.ops import OPS, OpSpec
 from hardgrad.surrogates import SURROGATES
 
-SETTINGS = settings(
-    derandomize=True,
-    deadline=None,
-    max_examples=30,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,  # conftest's autouse seed; draws use their own
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+SETTINGS = property_settings(max_examples=30)
 
-DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-INF, NAN = math.inf, math.nan
+
 ELEMENTWISE = [name for name, spec in OPS.items() if spec.family is not None]
 SELECTIONS = [name for name, spec in OPS.items() if spec.family is None]
 
@@ -53,58 +50,6 @@ SELECTIONS = [name for name, spec in OPS.items() if spec.family is None]
 # --------------------------------------------------------------------------------------
 # Strategies.
 # --------------------------------------------------------------------------------------
-
-
-def special_values(dtype: torch.dtype) -> tuple[float, ...]:
-    """Signed zeros, half-integers, the dtype's extremes, its smallest normal and subnormal."""
-    info = torch.finfo(dtype)
-    subnormal = info.tiny * info.eps
-    return (
-        *(0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -2.5, 0.125, -0.125),
-        *(info.max, -info.max, info.max / 3, -info.max / 3, info.eps, -info.eps),
-        *(info.tiny, -info.tiny, subnormal, -subnormal, 3 * subnormal),
-    )
-
-
-def elements(dtype: torch.dtype, nonfinite: bool = False) -> st.SearchStrategy[float]:
-    info = torch.finfo(dtype)
-    choices = [
-        st.floats(-8.0, 8.0),
-        st.sampled_from(special_values(dtype)),
-        st.floats(-info.max, info.max),  # every magnitude the dtype holds
-        st.floats(-info.tiny, info.tiny),  # subnormals (rounded to the dtype's)
-    ]
-    if nonfinite:
-        choices.append(st.sampled_from((INF, -INF, NAN)))
-    return st.one_of(choices)
-
-
-@st.composite
-def tensors(
-    draw: st.DrawFn,
-    *,
-    dtypes: tuple[torch.dtype, ...] = DTYPES,
-    min_dims: int = 0,
-    max_dims: int = 4,
-    nonfinite: bool = False,
-) -> torch.Tensor:
-    """A tensor of a drawn dtype and shape (sides 0 to 4) with drawn values."""
-    dtype = draw(st.sampled_from(dtypes))
-    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=min_dims, max_size=max_dims)))
-    values = draw(
-        st.lists(elements(dtype, nonfinite), min_size=math.prod(shape), max_size=math.prod(shape))
-    )
-    x = torch.tensor(values, dtype=torch.float64)
-    info = torch.finfo(dtype)
-    # Clamped to the dtype's range first, so that the cast rounds and never overflows.
-    x = torch.where(torch.isfinite(x), x.clamp(-info.max, info.max), x)
-    return x.to(dtype).reshape(shape)
-
-
-def upstream(like: torch.Tensor, seed: int) -> torch.Tensor:
-    """A finite random upstream gradient shaped like ``like``."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(like.shape, generator=g, dtype=torch.float64).to(like.dtype)
 
 
 def parameters(cls: type) -> st.SearchStrategy[dict[str, float]]:
@@ -143,13 +88,6 @@ def grad_of(
     y = fn(leaf)
     (grad,) = torch.autograd.grad(y, leaf, upstream(y, seed))
     return y.detach(), grad
-
-
-def assert_raises_naming(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """``fn`` raises TypeError or ValueError whose message names `name` (in backticks)."""
-    with pytest.raises((TypeError, ValueError)) as info:
-        fn(*args, **kwargs)
-    assert f"`{name}`" in str(info.value), (name, str(info.value))
 
 
 def selection_error(spec: OpSpec, x: torch.Tensor) -> str | None:

@@ -21,32 +21,28 @@ Runs are deterministic (``derandomize=True``, no example database).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hardgrad as hg
+from _properties import (
+    INF,
+    NAN,
+    assert_raises_naming,
+    property_settings,
+    tensors,
+    upstream,
+)
 from hardgrad.estimators import ESTIMATORS
 
-SETTINGS = settings(
-    derandomize=True,
-    deadline=None,
-    max_examples=25,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,  # conftest's autouse seed; draws use their own
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+SETTINGS = property_settings(max_examples=25)
 
-DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-INF, NAN = math.inf, math.nan
+
 PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 SAMPLERS = {"bernoulli": hg.bernoulli, "categorical": hg.categorical}
 
@@ -54,57 +50,6 @@ SAMPLERS = {"bernoulli": hg.bernoulli, "categorical": hg.categorical}
 # --------------------------------------------------------------------------------------
 # Strategies.
 # --------------------------------------------------------------------------------------
-
-
-def special_values(dtype: torch.dtype) -> tuple[float, ...]:
-    info = torch.finfo(dtype)
-    subnormal = info.tiny * info.eps
-    return (
-        *(0.0, -0.0, 1.0, -1.0, 0.5, info.max, -info.max, info.max / 3, -info.max / 3),
-        *(info.tiny, -info.tiny, subnormal, -subnormal, info.eps),
-    )
-
-
-def elements(dtype: torch.dtype, nonfinite: bool = False) -> st.SearchStrategy[float]:
-    info = torch.finfo(dtype)
-    choices = [
-        st.floats(-8.0, 8.0),
-        st.sampled_from(special_values(dtype)),
-        st.floats(-info.max, info.max),
-        st.floats(-info.tiny, info.tiny),
-    ]
-    if nonfinite:
-        choices.append(st.sampled_from((INF, -INF, NAN)))
-    return st.one_of(choices)
-
-
-@st.composite
-def tensors(
-    draw: st.DrawFn,
-    *,
-    dtypes: tuple[torch.dtype, ...] = DTYPES,
-    min_dims: int = 0,
-    max_dims: int = 3,
-    max_side: int = 4,
-    nonfinite: bool = False,
-) -> torch.Tensor:
-    """A tensor of a drawn dtype and shape with drawn values; sometimes all entries equal."""
-    dtype = draw(st.sampled_from(dtypes))
-    shape = tuple(draw(st.lists(st.integers(0, max_side), min_size=min_dims, max_size=max_dims)))
-    n = math.prod(shape)
-    if n and draw(st.booleans()) and draw(st.booleans()):
-        values = [draw(elements(dtype, nonfinite))] * n  # ties everywhere
-    else:
-        values = draw(st.lists(elements(dtype, nonfinite), min_size=n, max_size=n))
-    x = torch.tensor(values, dtype=torch.float64)
-    info = torch.finfo(dtype)
-    x = torch.where(torch.isfinite(x), x.clamp(-info.max, info.max), x)
-    return x.to(dtype).reshape(shape)
-
-
-def upstream(like: torch.Tensor, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(like.shape, generator=g, dtype=torch.float64).to(like.dtype)
 
 
 TAUS = st.one_of(st.just(1.0), st.floats(0.05, 20.0))
@@ -139,8 +84,8 @@ def sampler_inputs(draw: st.DrawFn, nonfinite: bool = False) -> tuple[str, torch
     at least one category along ``dim``."""
     dist = draw(st.sampled_from(tuple(SAMPLERS)))
     if dist == "bernoulli":
-        return dist, draw(tensors(nonfinite=nonfinite)), -1
-    logits = draw(tensors(min_dims=1, nonfinite=nonfinite))
+        return dist, draw(tensors(max_dims=3, nonfinite=nonfinite)), -1
+    logits = draw(tensors(max_dims=3, min_dims=1, nonfinite=nonfinite))
     dim = draw(st.integers(-logits.dim(), logits.dim() - 1))
     if logits.shape[dim] == 0:  # no category: an error (tested below); use 2 instead
         logits = logits.new_zeros(with_side(logits.shape, dim, 2))
@@ -150,12 +95,6 @@ def sampler_inputs(draw: st.DrawFn, nonfinite: bool = False) -> tuple[str, torch
 def with_side(shape: torch.Size, dim: int, side: int) -> tuple[int, ...]:
     dim %= len(shape)
     return tuple(side if d == dim else s for d, s in enumerate(shape))
-
-
-def assert_raises_naming(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    with pytest.raises((TypeError, ValueError)) as info:
-        fn(*args, **kwargs)
-    assert f"`{name}`" in str(info.value), (name, str(info.value))
 
 
 def assert_valid_sample(
@@ -267,7 +206,7 @@ UNITS: dict[str, Callable[..., torch.Tensor]] = {
     seed=st.integers(0, 2**16),
 )
 def test_bengio_units_are_finite_reproducible_and_leave_the_global_rng(name, data, sigma, seed):
-    x = data.draw(tensors(), label="x")
+    x = data.draw(tensors(max_dims=3), label="x")
     kwargs = {"sigma": sigma} if name == "noisy_rectifier" else {}
     state = torch.get_rng_state()
     results = []
