@@ -32,6 +32,13 @@ def one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:
     return torch.zeros_like(like).scatter(dim, index, 1.0)  # vmap has no rule for scatter_
 
 
+def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype hardgrad computes in for tensors of ``dtype``: float32 for the half types
+    (whose own arithmetic rounds too early: ``x / scale`` before ``round``, a softmax's
+    logits, a temperature below 6e-5), the dtype itself otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def opmath(x: Tensor) -> Tensor:
     """Half types are relaxed in float32."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from . import estimators as _estimators
 from . import ops, stochastic
 from . import surrogates as _surrogates
+from ._kernels import opmath_dtype
 from ._validation import check_floating, check_int, check_positive, check_real
 
 __all__ = [
@@ -281,12 +282,9 @@ class Quantize(nn.Module):
             )
         return dim % x.dim()
 
-    def _compute_dtype(self, dtype: torch.dtype) -> torch.dtype:
-        return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
     def _step_bounds(self, dtype: torch.dtype) -> tuple[float, float]:
         """``(s_min, s_max)`` for inputs of ``dtype`` (see the class docstring)."""
-        compute = torch.finfo(self._compute_dtype(dtype))
+        compute = torch.finfo(opmath_dtype(dtype))
         stored = torch.finfo(self.scale.dtype)
         levels = max(abs(self.quant_min), abs(self.quant_max))
         high = torch.finfo(dtype).max / levels * (1 - compute.eps)

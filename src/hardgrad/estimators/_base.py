@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from .._kernels import opmath_dtype
 from .._registry import Registry
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
@@ -67,7 +68,7 @@ class Estimator(abc.ABC):
 
 def noise_dtype(logits: Tensor) -> torch.dtype:
     """float32 for half-precision logits, their own dtype otherwise."""
-    return torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+    return opmath_dtype(logits.dtype)
 
 
 def uniform(

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._kernels import eager_plain, finite
+from .._kernels import eager_plain, finite, opmath
 from .._validation import check_int, check_real
 from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
@@ -451,7 +451,7 @@ class Exact(ScoreFunctionEstimator):
         logits = problem.logits
         # +-inf -> +-(a large finite value): a forced category then has log-probability 0
         # instead of inf - inf = NaN.
-        work = finite(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits)
+        work = finite(opmath(logits))
         probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
         dtype = torch.promote_types(values.dtype, work.dtype)
         return (probabilities.to(dtype) * values.to(dtype)).sum(0).to(values.dtype)

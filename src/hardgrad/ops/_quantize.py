@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
+from .._kernels import opmath_dtype
 from .._validation import (
     check_broadcastable_to,
     check_floating,
@@ -27,14 +28,9 @@ from ._autograd import (
     masked,
 )
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half types are quantized in float32 (then cast back): their own arithmetic would
-    round ``x / scale`` before ``round`` sees it."""
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
-
+# Half types are quantized in float32 (then cast back): their own arithmetic would round
+# ``x / scale`` before ``round`` sees it.
+_compute_dtype = opmath_dtype
 
 Scale = Tensor | float
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import eager_plain, finite, one_hot, opmath, softmax_vjp
+from .._kernels import eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature
 
@@ -30,8 +30,7 @@ def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, flo
         )
     # tau must stay a normal number where the backward computes (float32 for half types):
     # below that, logits / tau and the division by tau give inf and NaN.
-    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    return d, check_normal(check_positive(tau, "tau"), "tau", compute)
+    return d, check_normal(check_positive(tau, "tau"), "tau", opmath_dtype(x.dtype))
 
 
 @cached_signature
