@@ -338,6 +338,28 @@ def test_quantize_scale_pushed_negative_by_an_optimizer_step_stays_sound():
     assert s < float(q.scale.detach()) < 0
 
 
+@pytest.mark.parametrize(
+    ("stored", "expected_step", "expected_grad"),
+    [
+        (0.5, 0.5, 1.0),
+        (-0.5, 0.5, -1.0),  # mirrored
+        (0.0, torch.finfo(torch.float32).tiny, 1.0),  # sign(0) = 1, floored at s_min
+        (1e38, 65504.0 / 128 * (1 - torch.finfo(torch.float32).eps), 1.0),  # through s_max
+    ],
+)
+def test_quantize_step_size_value_and_gradient(stored, expected_step, expected_grad):
+    """step_size(dtype) = clamp(|s|, s_min, s_max) with gradient sign(s), sign(0) = 1,
+    straight through the bounds (s_max for float16 inputs and 8 bits: 65504 / 128)."""
+    q = hg.nn.Quantize(bits=8)
+    q(torch.ones(4))
+    with torch.no_grad():
+        q.scale.fill_(stored)
+    step = q.step_size(torch.float16)
+    assert float(step.detach()) == pytest.approx(expected_step, rel=1e-6)
+    (grad,) = torch.autograd.grad(3.0 * step, q.scale)
+    assert float(grad) == 3.0 * expected_grad
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 def test_quantize_zero_scale_gives_a_finite_forward(dtype):
     """s = 0 used to give 1/0 = inf and NaN at x = 0; the step is floored at the smallest

@@ -27,6 +27,7 @@ from . import ops, stochastic
 from . import surrogates as _surrogates
 from ._kernels import opmath_dtype
 from ._validation import check_floating, check_int, check_positive, check_real
+from .ops._autograd import apply_function, cached_signature
 
 __all__ = [
     "Anneal",
@@ -172,6 +173,54 @@ class OneHotArgmax(nn.Module):
         return f"dim={self.dim}, tau={self.tau}"
 
 
+def _compute_step_bounds(
+    dtype: torch.dtype, stored: torch.dtype, levels: int
+) -> tuple[float, float]:
+    """``(s_min, s_max)`` of :class:`Quantize` for inputs of ``dtype``, a scale stored in
+    ``stored`` and a grid reaching ``levels`` steps from 0."""
+    compute = torch.finfo(opmath_dtype(dtype))
+    kept = torch.finfo(stored)
+    high = torch.finfo(dtype).max / levels * (1 - compute.eps)
+    return max(compute.tiny, kept.tiny), min(high, kept.max)
+
+
+_STEP_BOUNDS: dict[tuple[torch.dtype, torch.dtype, int], tuple[float, float]] = {}
+
+
+def _step_bounds(dtype: torch.dtype, stored: torch.dtype, levels: int) -> tuple[float, float]:
+    """:func:`_compute_step_bounds`, cached in eager mode (``finfo`` lookups cost more than
+    the scalar arithmetic they feed; Dynamo folds them to constants anyway)."""
+    if torch.compiler.is_compiling():
+        return _compute_step_bounds(dtype, stored, levels)
+    key = (dtype, stored, levels)
+    bounds = _STEP_BOUNDS.get(key)
+    if bounds is None:
+        bounds = _STEP_BOUNDS[key] = _compute_step_bounds(dtype, stored, levels)
+    return bounds
+
+
+@cached_signature
+class _StepSize(torch.autograd.Function):
+    r""":math:`\hat s = \min(\max(|s|, s_{\min}), s_{\max})`; backward
+    :math:`\operatorname{sign}(s)` with :math:`\operatorname{sign}(0) = 1`, straight through the
+    bounds (see :class:`Quantize`)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(scale: Tensor, low: float, high: float) -> Tensor:
+        return scale.abs().clamp(low, high)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (scale,) = ctx.saved_tensors
+        return torch.where(scale < 0, -grad, grad), None, None
+
+
 class Quantize(nn.Module):
     r"""Fake quantization with a learned step size (LSQ), for weights or activations.
 
@@ -284,18 +333,13 @@ class Quantize(nn.Module):
 
     def _step_bounds(self, dtype: torch.dtype) -> tuple[float, float]:
         """``(s_min, s_max)`` for inputs of ``dtype`` (see the class docstring)."""
-        compute = torch.finfo(opmath_dtype(dtype))
-        stored = torch.finfo(self.scale.dtype)
-        levels = max(abs(self.quant_min), abs(self.quant_max))
-        high = torch.finfo(dtype).max / levels * (1 - compute.eps)
-        return max(compute.tiny, stored.tiny), min(high, stored.max)
+        return _step_bounds(dtype, self.scale.dtype, max(-self.quant_min, self.quant_max))
 
     def step_size(self, dtype: torch.dtype) -> Tensor:
         r"""The step size :math:`\hat s` the forward uses for inputs of ``dtype``: ``scale``
         made positive and bounded, with the gradient ``sign(scale)`` (class docstring)."""
         low, high = self._step_bounds(dtype)
-        direction = torch.where(self.scale < 0, -1.0, 1.0).to(self.scale.dtype)
-        return ops.clamp(self.scale * direction, low, high, surrogate="identity")
+        return apply_function(_StepSize, self.scale, low, high)
 
     @torch.no_grad()
     def _initialize(self, x: Tensor) -> None:
