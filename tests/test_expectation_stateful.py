@@ -373,6 +373,40 @@ def test_relax_without_network_is_rebar(tau, scale):
             assert torch.equal(p1[key], p2[key]), key
 
 
+@pytest.mark.parametrize("network_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.float16])
+def test_relax_with_a_half_precision_network(network_dtype, logits_dtype):
+    """A ``.half()`` control-variate network gets z in its own dtype (it used to raise
+    "mat1 and mat2 must have the same dtype"); the logits gradient and the network's
+    variance gradient match those of the float32 copy of the network on the same draws, to
+    the network dtype's rounding."""
+    d = 5
+    results = []
+    for dtype in (torch.float32, network_dtype):
+        net = _net(d, seed=3).to(dtype)
+        est = RELAX(net)
+        theta = torch.linspace(-1.5, 1.5, 3 * d).reshape(3, d).to(logits_dtype).requires_grad_()
+        value = hg.expectation(
+            lambda b: ((b - 0.4) ** 2).sum(-1), theta, estimator=est, num_samples=6,
+            generator=_gen(11),
+        )  # fmt: skip
+        value.sum().backward()
+        assert theta.grad is not None and theta.grad.dtype == logits_dtype
+        weight = net[0].weight.grad
+        assert weight is not None and weight.dtype == dtype
+        assert bool(torch.isfinite(theta.grad).all()) and bool(torch.isfinite(weight).all())
+        results.append((theta.grad.double(), weight.double()))
+    (theta_ref, weight_ref), (theta_half, weight_half) = results
+    tolerance = (
+        {"rtol": 0.05, "atol": 0.02}
+        if network_dtype == torch.float16
+        else {"rtol": 0.2, "atol": 0.1}
+    )
+    torch.testing.assert_close(theta_half, theta_ref, **tolerance)
+    scale = float(weight_ref.abs().max())
+    torch.testing.assert_close(weight_half / scale, weight_ref / scale, **tolerance)
+
+
 def test_relax_objective_free_evaluates_f_once():
     d = 5
     net = _net(d, seed=5)

@@ -217,7 +217,12 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
             relaxed = torch.softmax(z / tau, -1) if problem.categorical else torch.sigmoid(z / tau)
             total = self.scale * problem.evaluate(relaxed)
         if self.control_variate is not None:
-            learned = self.control_variate(problem.to_caller(z))
+            # The network sees z in its own parameters' dtype (a half-precision network gets
+            # half z) and its output joins the estimator's dtype again.
+            network_dtype = _parameter_dtype(self.control_variate)
+            learned = self.control_variate(problem.to_caller(z.to(network_dtype or z.dtype)))
+            if isinstance(learned, Tensor) and learned.is_floating_point():
+                learned = learned.to(z.dtype)
             expected = (z.shape[0], *problem.prefix_shape)
             if not isinstance(learned, Tensor) or tuple(learned.shape) != expected:
                 found = tuple(learned.shape) if isinstance(learned, Tensor) else type(learned)
@@ -285,6 +290,14 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
         self._synced = True
 
 
+def _parameter_dtype(module: torch.nn.Module) -> torch.dtype | None:
+    """The dtype of ``module``'s first floating-point parameter, or ``None`` if it has none."""
+    for parameter in module.parameters():
+        if parameter.is_floating_point():
+            return parameter.dtype
+    return None
+
+
 @ESTIMATORS.register("rebar")
 class REBAR(_LearnedControlVariate):
     r"""REBAR: the relaxed objective as a control variate, with learned scale and temperature.
@@ -342,8 +355,11 @@ class RELAX(_LearnedControlVariate):
     logistic / Gumbel-perturbed logits, not the relaxed sample), and returns ``(n, *prefix)``;
     like ``f``, its value at a prefix entry may depend only on that entry's variables.
     :math:`z` has the dtype the estimator computes in: the logits' own for float32 and
-    float64, float32 for float16 and bfloat16 logits (keep the network's parameters in
-    float32 then, as mixed-precision training does). With
+    float64, float32 for float16 and bfloat16 logits. It is cast to the dtype of the
+    network's floating-point parameters before the call (a ``.half()`` network gets float16
+    :math:`z`), and the network's output back to the estimator's dtype; a float32 network
+    next to half-precision logits, as in mixed-precision training, keeps the most
+    precision. With
     ``use_objective=False`` the control variate is :math:`r_\rho` alone, so ``f`` needs no
     relaxed evaluations (one evaluation per sample; ``f`` may then be non-differentiable,
     as in reinforcement learning). ``control_variate=None`` makes RELAX equal to REBAR.
