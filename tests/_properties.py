@@ -7,11 +7,18 @@ puts this folder on ``sys.path`` so that the test files can import this module u
 Every property test runs with :func:`property_settings`: derandomized (the same examples on
 every run and machine, so a failure is reproducible and CI is never flaky), no example
 database, no deadline (the first call of a torch op can be slow).
+
+A deeper search: ``HARDGRAD_PROPERTY_EXAMPLES=F`` multiplies every test's number of
+examples by ``F`` (e.g. ``HARDGRAD_PROPERTY_EXAMPLES=20 .venv/bin/python -m pytest
+tests/test_properties_*.py``, about 20 times as long); ``HARDGRAD_PROPERTY_RANDOM=1`` draws
+fresh examples on every run instead of CI's fixed ones (hypothesis prints the seed of a
+failure; ``--hypothesis-seed=N`` replays it).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +33,25 @@ DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 INF, NAN = math.inf, math.nan
 
 
+def _env_number(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ValueError(
+            f"Expected the environment variable {name} to be a number, but found {value!r}"
+        ) from None
+
+
 def property_settings(max_examples: int) -> settings:
-    """Deterministic hypothesis settings with ``max_examples`` examples per test."""
+    """Deterministic hypothesis settings with ``max_examples`` examples per test (times
+    ``HARDGRAD_PROPERTY_EXAMPLES``)."""
+    factor = _env_number("HARDGRAD_PROPERTY_EXAMPLES", 1.0)
+    fresh = _env_number("HARDGRAD_PROPERTY_RANDOM", 0.0) != 0
     return settings(
-        derandomize=True,
+        derandomize=not fresh,
         deadline=None,
-        max_examples=max_examples,
+        max_examples=max(1, round(max_examples * factor)),
         database=None,
         suppress_health_check=[
             HealthCheck.function_scoped_fixture,  # conftest's autouse seed; draws use their own
