@@ -1,0 +1,32 @@
+r"""``torch.nn.Module`` wrappers over the hard ops, for use inside ``nn.Sequential`` models.
+
+Each module holds its settings (surrogate, bounds, temperature) and calls the matching
+function of :mod:`hardgrad.ops`; see there for the forward and backward math.
+
+>>> import torch, hardgrad as hg
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), hg.nn.Sign(surrogate="tanh"))
+>>> model
+Sequential(
+  (0): Linear(in_features=4, out_features=3, bias=True)
+  (1): Sign(surrogate=Tanh(slope=1.0))
+)
+"""
+
+from ._anneal import Anneal, anneal
+from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
+from ._quantize import Quantize
+from ._stochastic import Bernoulli, Categorical
+
+__all__ = [
+    "Anneal",
+    "Bernoulli",
+    "Binarize",
+    "Categorical",
+    "Clamp",
+    "Heaviside",
+    "OneHotArgmax",
+    "Quantize",
+    "Round",
+    "Sign",
+    "anneal",
+]

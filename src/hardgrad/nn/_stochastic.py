@@ -1,0 +1,128 @@
+r"""Stochastic binary and categorical units as modules, over :func:`hardgrad.bernoulli` and
+:func:`hardgrad.categorical` (stochastic neurons: Bengio et al. 2013,
+https://arxiv.org/abs/1308.3432).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .. import estimators as _estimators
+from .. import stochastic
+from .._validation import check_int, check_positive
+
+TemperatureLike = float | Callable[[int], float] | None
+
+
+class _StochasticUnit(nn.Module):
+    """Shared state of the stochastic modules: estimator, temperature schedule, step."""
+
+    def __init__(
+        self,
+        estimator: str | _estimators.Estimator,
+        tau: TemperatureLike,
+        generator: torch.Generator | None,
+    ) -> None:
+        super().__init__()
+        self.estimator = _estimators.resolve(estimator, pathwise=True, where=type(self).__name__)
+        if tau is not None:
+            if "tau" not in getattr(self.estimator, "__dataclass_fields__", {}):
+                raise ValueError(
+                    f"Expected `tau` to be None for {self.estimator!r}, which has no temperature, "
+                    f"but found tau={tau!r}"
+                )
+            if not callable(tau):
+                check_positive(tau, "tau")
+        self.tau = tau
+        self.generator = generator
+        #: Training forward passes so far: the argument of a ``tau`` schedule.
+        self.step = 0
+
+    def current_estimator(self) -> _estimators.Estimator:
+        """The estimator with the temperature of the current step."""
+        if self.tau is None:
+            return self.estimator
+        tau = self.tau(self.step) if callable(self.tau) else self.tau
+        return dataclasses.replace(self.estimator, tau=check_positive(tau, "tau"))  # type: ignore[type-var]
+
+    def _advance(self) -> _estimators.Estimator:
+        estimator = self.current_estimator()
+        if self.training:
+            self.step += 1
+        return estimator
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state.get("step", 0))
+
+    def extra_repr(self) -> str:
+        text = f"estimator={self.estimator!r}"
+        return text if self.tau is None else f"{text}, tau={self.tau!r}"
+
+
+class Bernoulli(_StochasticUnit):
+    """:func:`hardgrad.bernoulli` as a module: a stochastic binary unit.
+
+    ``tau`` (a number, :func:`anneal`, or any callable of the step) overrides the
+    estimator's temperature; the step counts forward passes in training mode and is saved
+    in the ``state_dict``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> unit = hg.nn.Bernoulli(estimator="st_gumbel", tau=hg.nn.anneal(1.0, 0.5, 10))
+        >>> unit
+        Bernoulli(estimator=STGumbel(tau=1.0), tau=anneal(start=1.0, end=0.5, steps=10, kind='exponential'))
+        >>> unit(torch.zeros(2, 3)).shape
+        torch.Size([2, 3])
+        >>> unit.step, unit.current_estimator()
+        (1, STGumbel(tau=0.9330329915368074))
+    """
+
+    def __init__(
+        self,
+        estimator: str | _estimators.Estimator = "st",
+        *,
+        tau: TemperatureLike = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(estimator, tau, generator)
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return stochastic.bernoulli(logits, estimator=self._advance(), generator=self.generator)
+
+
+class Categorical(_StochasticUnit):
+    """:func:`hardgrad.categorical` as a module: a one-hot stochastic unit along ``dim``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> unit = hg.nn.Categorical(estimator=hg.estimators.GumbelRao(k=4), tau=0.5)
+        >>> unit(torch.zeros(2, 5)).sum(-1)
+        tensor([1., 1.])
+    """
+
+    def __init__(
+        self,
+        estimator: str | _estimators.Estimator = "st",
+        *,
+        dim: int = -1,
+        tau: TemperatureLike = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(estimator, tau, generator)
+        self.dim = check_int(dim, "dim")
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return stochastic.categorical(
+            logits, dim=self.dim, estimator=self._advance(), generator=self.generator
+        )
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, {super().extra_repr()}"
