@@ -1,50 +1,111 @@
-r"""Build your own straight-through op from any hard function and any soft one."""
+r"""Build your own straight-through op from any hard function (or a hard value) and any soft one.
+
+Straight-through estimation: Bengio et al. (2013), https://arxiv.org/abs/1308.3432; the
+"value of one tensor, gradient to another" pattern is the VQ-VAE's, van den Oord et al.
+(2017), https://arxiv.org/abs/1711.00937.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._validation import check_floating
-from ._autograd import apply_surrogate
+from ._autograd import apply_function, cached_signature, masked
 
 TensorFn = Callable[[Tensor], Tensor]
+HardLike = TensorFn | Tensor
 
 
 def _name(fn: object) -> str:
+    if isinstance(fn, Tensor):
+        return f"<{str(fn.dtype).removeprefix('torch.')} tensor of shape {tuple(fn.shape)}>"
     return getattr(fn, "__name__", None) or repr(fn)
+
+
+@cached_signature
+class _ValueWithSurrogate(torch.autograd.Function):
+    r"""Forward: ``value``, handed back as is; backward: :math:`\bar y\, s'(x)` to ``x`` only.
+
+    The output is a view of the input ``value`` with this Function as its ``grad_fn``: ``value``'s own tensor and graph are
+    never touched, nothing flows back to ``value``, and an in-place change to either
+    afterwards raises autograd's "view created inside a custom Function" error instead of
+    silently changing the other. What backward needs is saved as for the hard ops: nothing
+    for the identity, the bool mask ``keep`` (computed by the caller) for an indicator
+    surrogate, ``x`` itself otherwise.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        x: Tensor, value: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate
+    ) -> Tensor:
+        # A view rather than ``value`` itself: ``value`` may be ``x``, which backward saves.
+        return value.view_as(value)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        x, _, keep, surrogate = inputs
+        ctx.surrogate = surrogate
+        if keep is not None:
+            ctx.save_for_backward(keep)
+        elif surrogate.kind != "identity":
+            ctx.save_for_backward(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        surrogate = ctx.surrogate
+        if surrogate.kind == "identity":
+            return grad, None, None, None
+        (saved,) = ctx.saved_tensors
+        if surrogate.kind == "indicator":
+            return masked(grad, saved), None, None, None
+        return surrogate.backward(grad, saved), None, None, None
 
 
 class StraightThrough:
     """The callable that :func:`straight_through` returns: ``y(x)``."""
 
-    def __init__(self, hard: TensorFn, soft: TensorFn | _surrogates.Surrogate | None) -> None:
+    def __init__(self, hard: HardLike, soft: TensorFn | _surrogates.Surrogate | None) -> None:
         self.hard = hard
         self.soft = soft
 
     def __repr__(self) -> str:
-        soft = (
-            "None"
-            if self.soft is None or isinstance(self.soft, _surrogates.Surrogate)
-            else _name(self.soft)
-        )
-        if isinstance(self.soft, _surrogates.Surrogate):
+        if self.soft is None:
+            soft = "None"
+        elif isinstance(self.soft, _surrogates.Surrogate):
             soft = repr(self.soft)
+        else:
+            soft = _name(self.soft)
         return f"straight_through(hard={_name(self.hard)}, soft={soft})"
+
+    def _hard_value(self, x: Tensor) -> Tensor:
+        """``hard(x)`` (or the hard tensor), checked, outside any graph."""
+        if isinstance(self.hard, Tensor):
+            value = self.hard
+            _check_like(value, x, "hard", call=False)
+        else:
+            with torch.no_grad():
+                value = self.hard(x)
+            _check_like(value, x, "hard(x)")
+        return value
 
     def __call__(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
+        value = self._hard_value(x)
         if self.soft is None or isinstance(self.soft, _surrogates.Surrogate):
             surrogate = _surrogates.get("identity") if self.soft is None else self.soft
-            y = apply_surrogate(x, self.hard, surrogate)
-            _check_like(y, x, "hard(x)")
+            keep = None
+            if surrogate.kind == "indicator":
+                with torch.no_grad():
+                    keep = surrogate.support(x)
+            y: Tensor = apply_function(_ValueWithSurrogate, x, value, keep, surrogate)
             return y
-        hard = self.hard(x)
-        _check_like(hard, x, "hard(x)")
-        hard = hard.detach()
         soft = self.soft(x)
         _check_like(soft, x, "soft(x)")
         # y = hard - (sg[soft] - soft): the subtracted term is +0 wherever soft(x) is finite,
@@ -52,21 +113,27 @@ class StraightThrough:
         # gradient is that of soft. Where soft(x) is not finite the term is dropped.
         frozen = soft.detach()
         zero = torch.where(torch.isfinite(frozen), frozen - soft, 0)
-        return hard - zero
+        return value.detach() - zero
 
 
-def _check_like(y: Tensor, x: Tensor, name: str, like: str = "x") -> None:
+def _check_like(y: object, x: Tensor, name: str, *, call: bool = True) -> None:
     if not isinstance(y, Tensor):
-        raise TypeError(f"Expected `{name}` to return a tensor, but found {type(y).__name__}")
-    if y.shape != x.shape or y.dtype != x.dtype:
+        found = type(y).__name__
+        raise TypeError(
+            f"Expected `{name}` to return a tensor, but found {found}"
+            if call
+            else f"Expected `{name}` to be a callable or a tensor, but found {found}"
+        )
+    if y.shape != x.shape or y.dtype != x.dtype or y.device != x.device:
         raise ValueError(
-            f"Expected `{name}` to have the shape and dtype of `{like}` "
-            f"({tuple(x.shape)}, {x.dtype}), but found ({tuple(y.shape)}, {y.dtype})"
+            f"Expected `{name}` to have the shape, dtype and device of `x` "
+            f"({tuple(x.shape)}, {x.dtype}, {x.device}), "
+            f"but found ({tuple(y.shape)}, {y.dtype}, {y.device})"
         )
 
 
 def straight_through(
-    hard: TensorFn, soft: TensorFn | str | _surrogates.Surrogate | None = None
+    hard: HardLike, soft: TensorFn | str | _surrogates.Surrogate | None = None
 ) -> StraightThrough:
     r"""Make an op whose forward is ``hard(x)`` exactly and whose backward is ``soft``'s.
 
@@ -79,12 +146,32 @@ def straight_through(
     Bengio et al. 2013, https://arxiv.org/abs/1308.3432), a surrogate (name or instance,
     :mod:`hardgrad.surrogates`), or any differentiable callable, whose full vector-Jacobian
     product is used (so a ``soft`` that mixes entries, like a softmax, works too).
-    ``hard`` must map ``x`` to a tensor of the same shape and dtype.
 
-    With a callable ``soft`` the value is ``hard(x) - (sg[soft(x)] - soft(x))``: the
-    subtracted term is exactly +0 where ``soft(x)`` is finite, so the forward is
-    bit-identical to ``hard(x)`` (unlike the common ``soft + (hard - soft).detach()``,
-    which rounds), and it composes with ``torch.compile`` and ``torch.func``.
+    ``hard`` is a function of ``x``, or a **tensor**: the value to return. The tensor form is
+    the VQ-VAE pattern "the value of ``z_q``, the gradient to ``z``" (van den Oord et al.
+    2017, https://arxiv.org/abs/1711.00937): write ``hg.straight_through(z_q)(z)`` where
+    code has ``z + (z_q - z).detach()``. Unlike that expression it returns ``z_q``'s
+    value bit for bit (the sum and difference round), and like it, it leaves ``z_q`` alone.
+
+    What the op guarantees, whatever ``hard`` returns (a new tensor, ``x`` itself, a
+    tensor computed earlier with a graph of its own):
+
+    * the output is a new tensor; the tensor ``hard`` gives is not modified (its
+      ``grad_fn`` and ``requires_grad`` stay as they were), so a loss built from it
+      afterwards (a VQ codebook loss on ``z_q``) still trains what produced it;
+    * the gradient reaches ``x`` and only ``x``: nothing flows from the output into
+      whatever produced the hard value (``hard`` runs without building a graph);
+    * with ``soft=None`` or a surrogate, the output is a view of the hard value (no copy):
+      modifying either in place afterwards raises autograd's error about views made in a
+      custom Function rather than silently changing the other. With a callable ``soft``
+      the output is computed as ``hard(x) - (sg[soft(x)] - soft(x))``, a new tensor.
+
+    ``hard`` (or the tensor) must have ``x``'s shape, dtype and device.
+
+    With a callable ``soft`` the subtracted term is exactly +0 where ``soft(x)`` is finite,
+    so the forward is bit-identical to ``hard(x)`` (unlike the common
+    ``soft + (hard - soft).detach()``, which rounds), and it composes with
+    ``torch.compile`` and ``torch.func``.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -93,9 +180,27 @@ def straight_through(
         >>> y = stair(x); y.sum().backward()
         >>> y.detach(), x.grad
         (tensor([0., 3.]), tensor([ 0.9211, -0.8569]))
+
+        The value of a codebook row, the gradient to the encoder output:
+
+        >>> z = torch.tensor([[0.2, 0.9]], requires_grad=True)
+        >>> codebook = torch.tensor([[0.0, 1.0], [1.0, 0.0]], requires_grad=True)
+        >>> z_q = codebook[torch.cdist(z, codebook).argmin(-1)]
+        >>> y = hg.straight_through(z_q)(z)
+        >>> y
+        tensor([[0., 1.]], grad_fn=<_ValueWithSurrogateBackward>)
+        >>> codebook_loss = (z_q - z.detach()).pow(2).sum()
+        >>> (y.sum() + codebook_loss).backward()
+        >>> z.grad, codebook.grad
+        (tensor([[1., 1.]]), tensor([[-0.4000,  0.2000],
+                [ 0.0000,  0.0000]]))
     """
-    if not callable(hard):
-        raise TypeError(f"Expected `hard` to be callable, but found {type(hard).__name__}")
+    if not (callable(hard) or isinstance(hard, Tensor)):
+        raise TypeError(
+            f"Expected `hard` to be a callable or a tensor, but found {type(hard).__name__}"
+        )
+    if isinstance(hard, Tensor):
+        check_floating(hard, "hard")
     if isinstance(soft, str):
         _surrogates.SURROGATES.get(soft, "soft")  # an unknown name: ValueError naming `soft`
         return StraightThrough(hard, _surrogates.get(soft))

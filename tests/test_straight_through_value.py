@@ -1,0 +1,227 @@
+"""hg.straight_through never rewires a tensor it did not create (issue 13, part 1).
+
+The user's situation: a VQ-VAE written as public code writes it (van den Oord et al. 2017).
+The encoder output ``z`` is snapped to its nearest codebook row ``z_q``; the decoder sees
+``z_q``'s value with the gradient copied to ``z`` (``z + (z_q - z).detach()`` in most
+repositories); the codebook learns from its own loss ``||z_q - sg[z]||^2`` built from the
+same ``z_q``. hardgrad used to hand back ``z_q`` itself with a new ``grad_fn``, so the
+codebook loss trained the encoder and the codebook got no gradient, silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import hardgrad as hg
+
+SURROGATE_SOFTS = [None, "identity", "clipped", "tanh"]
+
+
+def _lookup(z: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
+    """The nearest codebook row of each row of ``z`` (with the codebook's graph)."""
+    distances = torch.cdist(z.detach().float(), codebook.detach().float())
+    return codebook[distances.argmin(-1)]
+
+
+def _vq_setup(dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(6, 3, generator=g).to(dtype).requires_grad_()
+    codebook = torch.randn(5, 3, generator=g).to(dtype).requires_grad_()
+    return z, codebook
+
+
+@pytest.mark.parametrize("form", ["callable", "tensor"])
+@pytest.mark.parametrize("soft", SURROGATE_SOFTS, ids=str)
+def test_the_vq_pattern_leaves_z_q_and_its_graph_alone(form, soft):
+    z, codebook = _vq_setup()
+    z_q = _lookup(z, codebook)
+    grad_fn = z_q.grad_fn
+    hard = (lambda _: z_q) if form == "callable" else z_q
+    y = hg.straight_through(hard, soft)(z)
+    assert y is not z_q
+    assert z_q.grad_fn is grad_fn and z_q.requires_grad
+    assert torch.equal(y, z_q)  # the value, bit for bit
+
+    # The codebook loss reaches the codebook, the output's gradient reaches z only.
+    codebook_loss = (z_q - z.detach()).pow(2).sum()
+    upstream = torch.randn(z.shape, generator=torch.Generator().manual_seed(1))
+    (y * upstream).sum().backward(retain_graph=True)
+    assert codebook.grad is None  # nothing from the output went into the lookup
+    if soft in (None, "identity"):
+        assert torch.equal(z.grad, upstream)
+    else:
+        surrogate = hg.surrogates.get(soft)
+        torch.testing.assert_close(z.grad, upstream * surrogate.derivative(z.detach()))
+    z.grad = None
+    codebook_loss.backward()
+    assert z.grad is None
+    expected = torch.zeros_like(codebook)
+    expected.index_add_(
+        0, torch.cdist(z.detach(), codebook.detach()).argmin(-1), 2 * (z_q - z).detach()
+    )
+    torch.testing.assert_close(codebook.grad, expected)
+
+
+def test_a_callable_soft_also_leaves_z_q_alone():
+    z, codebook = _vq_setup(torch.float64)
+    z_q = _lookup(z, codebook)
+    grad_fn = z_q.grad_fn
+    y = hg.straight_through(z_q, torch.tanh)(z)
+    assert y is not z_q and z_q.grad_fn is grad_fn
+    assert torch.equal(y, z_q)
+    y.sum().backward()
+    assert codebook.grad is None
+    torch.testing.assert_close(z.grad, 1 - torch.tanh(z.detach()) ** 2)
+
+
+@pytest.mark.parametrize("soft", [*SURROGATE_SOFTS, torch.sin], ids=str)
+def test_a_hard_that_returns_its_input_gives_a_new_tensor(soft):
+    x = torch.randn(4, requires_grad=True)
+    y = hg.straight_through(lambda t: t, soft)(x)
+    assert y is not x and x.grad_fn is None and x.is_leaf
+    assert torch.equal(y, x)
+
+
+@pytest.mark.parametrize("soft", [*SURROGATE_SOFTS, torch.sin], ids=str)
+def test_a_constant_hard_tensor_is_not_modified(soft):
+    x = torch.randn(4, requires_grad=True)
+    constant = torch.arange(4.0)
+    for hard in (constant, lambda _: constant):
+        y = hg.straight_through(hard, soft)(x)
+        assert y.requires_grad
+        assert not constant.requires_grad and constant.grad_fn is None
+
+
+def test_the_output_is_protected_from_in_place_changes():
+    z, codebook = _vq_setup()
+    z_q = _lookup(z, codebook)
+    y = hg.straight_through(z_q)(z)
+    with pytest.raises(RuntimeError, match="view"):
+        y.add_(1)
+    # And changing the hard value in place afterwards is caught, not silently used.
+    y = hg.straight_through(z_q)(z)
+    with torch.no_grad():
+        z_q.mul_(2)
+    with pytest.raises(RuntimeError, match="modified inplace"):
+        y.sum().backward()
+
+
+def test_nothing_is_copied_for_a_surrogate_soft():
+    z, codebook = _vq_setup()
+    z_q = _lookup(z, codebook)
+    y = hg.straight_through(z_q)(z)
+    assert y.data_ptr() == z_q.data_ptr()
+
+
+@pytest.mark.parametrize("form", ["callable", "tensor"])
+def test_value_form_matches_the_detach_trick_in_float64(form, dtype):
+    z, codebook = _vq_setup(dtype)
+    z_q = _lookup(z, codebook)
+    hard = (lambda _: z_q) if form == "callable" else z_q
+    ours = hg.straight_through(hard)(z)
+    assert torch.equal(ours, z_q)
+    upstream = torch.randn(z.shape).to(dtype)
+    (g_ours,) = torch.autograd.grad((ours * upstream).sum(), z)
+    naive = z + (z_q - z).detach()
+    (g_naive,) = torch.autograd.grad((naive * upstream).sum(), z)
+    assert torch.equal(g_ours, g_naive)
+
+
+def test_value_form_under_torch_func_and_compile():
+    z, codebook = _vq_setup(torch.float64)
+    z_q = _lookup(z, codebook).detach()
+    w = torch.randn(z.shape, dtype=torch.float64)
+    g = torch.func.grad(lambda t: (hg.straight_through(z_q, "tanh")(t) * w).sum())(z.detach())
+    torch.testing.assert_close(g, w * (1 - torch.tanh(z.detach()) ** 2))
+    batched = torch.vmap(lambda t, v: hg.straight_through(v)(t))(z.detach(), z_q)
+    assert torch.equal(batched, z_q)
+
+    compiled = torch.compile(
+        lambda t, v: hg.straight_through(v, "clipped")(t) * 2, fullgraph=True, backend="eager"
+    )
+    leaf = z.detach().clone().requires_grad_()
+    out = compiled(leaf, z_q)
+    assert torch.equal(out, 2 * z_q)
+    out.sum().backward()
+    torch.testing.assert_close(leaf.grad, 2 * (leaf.detach().abs() <= 1).double())
+
+
+def test_hard_tensor_must_match_x():
+    x = torch.randn(4, 3, requires_grad=True)
+    with pytest.raises(ValueError, match="`hard`.*shape"):
+        hg.straight_through(torch.zeros(3))(x)
+    with pytest.raises(ValueError, match="`hard`.*dtype"):
+        hg.straight_through(torch.zeros(4, 3, dtype=torch.float64))(x)
+    with pytest.raises(TypeError, match="`hard`.*floating"):
+        hg.straight_through(torch.zeros(4, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="`hard`"):
+        hg.straight_through("round")  # type: ignore[arg-type]
+
+
+def test_repr_of_a_tensor_hard():
+    text = repr(hg.straight_through(torch.zeros(2, 3), "tanh"))
+    assert text == "straight_through(hard=<float32 tensor of shape (2, 3)>, soft=Tanh(slope=1.0))"
+
+
+# --------------------------------------------------------------------------------------
+# A VQ-VAE training step as public code writes it, against the same model with hardgrad.
+# --------------------------------------------------------------------------------------
+
+
+class TinyVQVAE(nn.Module):
+    """Encoder -> nearest codebook row -> decoder, with codebook and commitment losses.
+
+    ``losses_first`` picks the order public code uses: the losses from ``z_q`` before the
+    straight-through line, or after it (where a rewired ``z_q`` sent the codebook loss to
+    the encoder).
+    """
+
+    def __init__(self, straight_through: str, losses_first: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        self.codebook = nn.Parameter(torch.randn(8, 4))
+        self.decoder = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 16))
+        self.straight_through = straight_through
+        self.losses_first = losses_first
+
+    def _losses(self, z: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
+        codebook_loss = (z_q - z.detach()).pow(2).mean()
+        commitment = (z - z_q.detach()).pow(2).mean()
+        return codebook_loss + 0.25 * commitment
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.encoder(x)
+        z_q = self.codebook[torch.cdist(z.detach(), self.codebook.detach()).argmin(-1)]
+        vq_loss = self._losses(z, z_q) if self.losses_first else None
+        if self.straight_through == "detach_trick":
+            z_st = z + (z_q - z).detach()
+        elif self.straight_through == "hardgrad_callable":
+            z_st = hg.straight_through(lambda _: z_q)(z)
+        else:
+            z_st = hg.straight_through(z_q)(z)
+        if vq_loss is None:
+            vq_loss = self._losses(z, z_q)
+        return (self.decoder(z_st) - x).pow(2).mean() + vq_loss
+
+
+@pytest.mark.parametrize("losses_first", [False, True], ids=["losses_after", "losses_first"])
+@pytest.mark.parametrize("form", ["hardgrad_callable", "hardgrad_tensor"])
+def test_vq_vae_training_matches_the_hand_written_model(form, losses_first):
+    data = torch.randn(64, 16, generator=torch.Generator().manual_seed(3)).double()
+    reference = TinyVQVAE("detach_trick", losses_first).double()
+    ours = TinyVQVAE(form, losses_first).double()
+    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-2)
+    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-2)
+    codebook_start = ours.codebook.detach().clone()
+    for _ in range(30):
+        for model, opt in ((reference, opt_ref), (ours, opt_ours)):
+            opt.zero_grad()
+            model(data).backward()
+            opt.step()
+        assert ours.codebook.grad is not None and bool(ours.codebook.grad.abs().sum() > 0)
+    for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(p_ours, p_ref, rtol=1e-9, atol=1e-9, msg=name)
+    assert not torch.equal(ours.codebook.detach(), codebook_start)  # the codebook learned
