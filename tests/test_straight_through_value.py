@@ -150,11 +150,11 @@ def test_value_form_under_torch_func_and_compile():
 
 def test_hard_tensor_must_match_x():
     x = torch.randn(4, 3, requires_grad=True)
-    with pytest.raises(ValueError, match="`hard`.*shape"):
+    with pytest.raises(ValueError, match=r"`hard`.*shape"):
         hg.straight_through(torch.zeros(3))(x)
-    with pytest.raises(ValueError, match="`hard`.*dtype"):
+    with pytest.raises(ValueError, match=r"`hard`.*dtype"):
         hg.straight_through(torch.zeros(4, 3, dtype=torch.float64))(x)
-    with pytest.raises(TypeError, match="`hard`.*floating"):
+    with pytest.raises(TypeError, match=r"`hard`.*floating"):
         hg.straight_through(torch.zeros(4, 3, dtype=torch.long))
     with pytest.raises(TypeError, match="`hard`"):
         hg.straight_through("round")  # type: ignore[arg-type]
@@ -222,6 +222,6 @@ def test_vq_vae_training_matches_the_hand_written_model(form, losses_first):
             model(data).backward()
             opt.step()
         assert ours.codebook.grad is not None and bool(ours.codebook.grad.abs().sum() > 0)
-    for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters()):
+    for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters(), strict=True):
         torch.testing.assert_close(p_ours, p_ref, rtol=1e-9, atol=1e-9, msg=name)
     assert not torch.equal(ours.codebook.detach(), codebook_start)  # the codebook learned
