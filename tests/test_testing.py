@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import hardgrad as hg
+from hardgrad.surrogates import SURROGATES
 from hardgrad.testing import (
     UnbiasednessTest,
     assert_compiles,
@@ -146,13 +147,29 @@ def test_a_surrogate_of_the_wrong_shape_is_reported():
         assert_straight_through(hg.round, torch.round, lambda x: x.sum())
 
 
+@pytest.mark.parametrize("name", [n for n, cls in SURROGATES.items() if "step" in cls.applies_to])
+def test_straight_through_takes_a_surrogate_name_as_every_op_does(name):
+    """Issue 13: ``assert_straight_through(op, hard, "sigmoid")`` raised TypeError."""
+    assert_straight_through(lambda x: hg.sign(x, surrogate=name), torch.sign, name)
+    other = "identity" if name != "identity" else "clipped"
+    with pytest.raises(AssertionError, match="is not the surrogate's gradient"):
+        assert_straight_through(lambda x: hg.sign(x, surrogate=other), torch.sign, name)
+
+
+def test_straight_through_unknown_surrogate_name_lists_the_names():
+    with pytest.raises(ValueError, match="`surrogate`") as info:
+        assert_straight_through(hg.sign, torch.sign, "clippd")
+    for name in SURROGATES.names():
+        assert repr(name) in str(info.value)
+
+
 def test_straight_through_bad_arguments():
     with pytest.raises(TypeError, match="`op`"):
         assert_straight_through(1, torch.round, identity)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`hard`"):
         assert_straight_through(hg.round, None, identity)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`surrogate`"):
-        assert_straight_through(hg.round, torch.round, "identity")  # type: ignore[arg-type]
+        assert_straight_through(hg.round, torch.round, 3.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="`inputs`"):
         assert_straight_through(hg.round, torch.round, identity, inputs=torch.arange(3))
     with pytest.raises(TypeError, match="`dtypes`"):

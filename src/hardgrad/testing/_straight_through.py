@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ..surrogates import Surrogate
+from ..surrogates import SURROGATES, Surrogate
 
 __all__ = ["assert_straight_through", "default_inputs"]
 
@@ -72,7 +72,7 @@ def default_inputs(
 def assert_straight_through(
     op: Callable[[Tensor], Tensor],
     hard: Callable[[Tensor], Tensor],
-    surrogate: Callable[[Tensor], Tensor] | Surrogate,
+    surrogate: Callable[[Tensor], Tensor] | Surrogate | str,
     *,
     inputs: Tensor | None = None,
     dtypes: Sequence[torch.dtype] | None = None,
@@ -106,8 +106,9 @@ def assert_straight_through(
         surrogate: a function :math:`s` whose autograd gradient the backward must equal
             (``lambda x: x`` for the identity straight-through estimator, ``torch.sigmoid``,
             ``lambda x: torch.clamp(x, -1, 1)``, ``lambda x: torch.softmax(x, -1)`` for a
-            one-hot argmax...), or a :class:`~hardgrad.surrogates.Surrogate` instance
-            (elementwise :math:`s'`).
+            one-hot argmax...), or a surrogate by name (``"sigmoid"``) or instance
+            (:class:`~hardgrad.surrogates.Surrogate`: elementwise :math:`s'`), as every
+            op takes it.
         inputs: where to test (any shape and dtype); default :func:`default_inputs`,
             which includes the discontinuities of rounding and large magnitudes.
         dtypes: the dtypes to test; default all four floating dtypes when ``inputs`` is
@@ -122,6 +123,7 @@ def assert_straight_through(
     Raises:
         AssertionError: the forward or the backward differs, with the first mismatches.
         TypeError: an argument has the wrong type.
+        ValueError: ``surrogate`` is a name no surrogate is registered under.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -132,6 +134,7 @@ def assert_straight_through(
         ...     lambda x: (x > 0).to(x.dtype),
         ...     hg.surrogates.Sigmoid(),
         ... )
+        >>> assert_straight_through(hg.sign, torch.sign, "clipped")
         >>> assert_straight_through(hg.sign, torch.sign, torch.tanh)
         Traceback (most recent call last):
         ...
@@ -141,10 +144,12 @@ def assert_straight_through(
         raise TypeError(f"Expected `op` to be callable, but found {type(op).__name__}")
     if not callable(hard):
         raise TypeError(f"Expected `hard` to be callable, but found {type(hard).__name__}")
-    if not (callable(surrogate) or isinstance(surrogate, Surrogate)):
+    if isinstance(surrogate, str):
+        surrogate = SURROGATES.default(surrogate, "surrogate")  # unknown: ValueError listing them
+    elif not (callable(surrogate) or isinstance(surrogate, Surrogate)):
         raise TypeError(
-            "Expected `surrogate` to be a callable or a hardgrad.surrogates.Surrogate, "
-            f"but found {type(surrogate).__name__}"
+            "Expected `surrogate` to be a callable, a surrogate name or a "
+            f"hardgrad.surrogates.Surrogate, but found {type(surrogate).__name__}"
         )
     if inputs is not None and not (isinstance(inputs, Tensor) and inputs.is_floating_point()):
         raise TypeError(f"Expected `inputs` to be a floating tensor, but found {_describe(inputs)}")
