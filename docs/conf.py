@@ -29,6 +29,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax 3 served from the built site itself (_static/mathjax/tex-chtml.js), not a CDN:
+    # the pages render their math offline.
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "registry_tables",
     "kinks_table",

@@ -11,6 +11,7 @@ fails with Sphinx's output on any warning. The pages' examples are doctested sep
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,10 +40,10 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     return (SKIPPED_ANYWHERE | here).intersection(names)
 
 
-def test_docs_build_without_warnings(tmp_path: Path) -> None:
-    """``sphinx-build -W --keep-going -b html docs OUT`` exits 0: no warning anywhere
-    (unknown references, pages missing from the toctree, broken directives, registry
-    entries without an API entry, ...)."""
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The HTML site built once from a copy of the source tree; fails on any warning."""
+    tmp_path = tmp_path_factory.mktemp("docs")
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=_ignore)
     out = tmp_path / "html"
@@ -76,4 +77,70 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
             f"--- stdout\n{result.stdout[-4000:]}",
             pytrace=False,
         )
-    assert (out / "index.html").is_file()
+    return out
+
+
+def test_docs_build_without_warnings(built_site: Path) -> None:
+    """``sphinx-build -W --keep-going -b html docs OUT`` exits 0: no warning anywhere
+    (unknown references, pages missing from the toctree, broken directives, registry
+    entries without an API entry, ...), and the math is served from the site itself."""
+    assert (built_site / "index.html").is_file()
+    _assert_math_renders_offline(built_site)
+
+
+#: A headless browser for the rendering check; CI has none (the test is skipped there).
+BROWSER = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no headless Chromium on this machine")
+@pytest.mark.parametrize("page", ["api/surrogates", "api/estimators", "guides/quantization"])
+def test_math_renders_in_a_headless_browser(built_site: Path, page: str) -> None:
+    """Load a built page in headless Chromium (no network needed: file://) and check that
+    MathJax typeset every formula: one ``mjx-container`` per math span, no error nodes."""
+    assert BROWSER is not None
+    html = built_site / f"{page}.html"
+    math_spans = html.read_text(encoding="utf-8").count('class="math notranslate nohighlight"')
+    assert math_spans > 0
+    result = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    dom = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert dom.count("<mjx-container") == math_spans
+    assert "<mjx-merror" not in dom and "data-mjx-error" not in dom
+
+
+def _assert_math_renders_offline(out: Path) -> None:
+    """Every page with math loads MathJax from the built site, never from the network
+    (issue 13: the docs must render their math without network access), and the script
+    and its fonts are there."""
+    pages_with_math = 0
+    for page in out.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        scripts = re.findall(r'<script[^>]*src="([^"]+)"', html)
+        assert not [s for s in scripts if "://" in s or s.startswith("//")], (
+            f"{page.relative_to(out)} loads a script from the network: {scripts}"
+        )
+        mathjax = [s for s in scripts if "mathjax" in s.lower()]
+        if "\\(" in html or "\\[" in html or 'class="math' in html:
+            pages_with_math += 1
+            assert mathjax, f"{page.relative_to(out)} has math but no MathJax script"
+        for src in mathjax:
+            assert (page.parent / src.split("?")[0]).is_file(), f"{src} missing in {page}"
+    assert pages_with_math >= 10
+    fonts = out / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert any(fonts.glob("*.woff")), "MathJax's CHTML fonts are not in the build"
