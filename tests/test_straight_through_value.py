@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import hardgrad as hg
+from _properties import property_settings, surrogate_names, tensor_of, tensors, upstream
 
 SURROGATE_SOFTS = [None, "identity", "clipped", "tanh"]
 
@@ -225,3 +228,35 @@ def test_vq_vae_training_matches_the_hand_written_model(form, losses_first):
     for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters(), strict=True):
         torch.testing.assert_close(p_ours, p_ref, rtol=1e-9, atol=1e-9, msg=name)
     assert not torch.equal(ours.codebook.detach(), codebook_start)  # the codebook learned
+
+
+# --------------------------------------------------------------------------------------
+# Properties on drawn inputs (shapes from 0-dim to empty, every dtype, extremes, inf, NaN).
+# --------------------------------------------------------------------------------------
+
+
+@property_settings(60)
+@given(
+    data=st.data(),
+    x=tensors(nonfinite=True),
+    soft=st.sampled_from([None, *surrogate_names("step")]),
+    as_tensor=st.booleans(),
+)
+def test_property_value_form_returns_the_value_and_leaves_it_alone(data, x, soft, as_tensor):
+    value = data.draw(tensor_of(x.dtype, tuple(x.shape), nonfinite=True)).requires_grad_()
+    tracked = value * 1  # a non-leaf with a graph of its own
+    grad_fn = tracked.grad_fn
+    x = x.clone().requires_grad_()
+    y = hg.straight_through(tracked if as_tensor else (lambda _: tracked), soft)(x)
+    assert y is not tracked and tracked.grad_fn is grad_fn
+    nan = y.isnan()
+    assert torch.equal(nan, tracked.isnan())
+    assert torch.equal(y[~nan], tracked[~nan])
+    assert torch.equal(torch.signbit(y[~nan]), torch.signbit(tracked[~nan]))
+    g = upstream(y, seed=1)
+    (got_x, got_value) = torch.autograd.grad(y, (x, value), g, allow_unused=True)
+    assert got_value is None  # nothing reaches what produced the value
+    surrogate = hg.surrogates.get("identity" if soft is None else soft)
+    expected = surrogate.backward(g, x.detach())
+    assert torch.equal(got_x.isnan(), expected.isnan())
+    assert torch.equal(got_x.nan_to_num(), expected.nan_to_num())
