@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,103 @@ def test_python_dash_m_list() -> None:
     assert done.returncode == 0, done.stderr
     for name in (*OPS.names(), *SURROGATES.names()):
         assert name in done.stdout
+
+
+# --------------------------------------------------------------------------------------
+# Every argument is checked before any work: a usage error (exit 2) naming the option
+# (issue 14, item 5). Each of these ran the benchmark first, or raised a raw traceback.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "results.txt"
+    path.write_text("not a folder")
+    return path
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str], *words: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and "Traceback" not in err, err
+    for word in words:
+        assert word in err, (word, err)
+    return err
+
+
+def test_bench_out_that_is_a_file_is_refused_before_running(
+    capsys: pytest.CaptureFixture[str], a_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr("hardgrad.bench.run_tasks", lambda *args, **kwargs: ran.append(args))
+    _usage_error(capsys, ["bench", "toy", "--quick", "--out", str(a_file)], "--out", "not a folder")
+    _usage_error(capsys, ["bench", "toy", "--out", str(a_file / "sub")], "--out", "not a folder")
+    assert ran == []
+
+
+def test_bench_out_folder_that_can_be_made_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr("hardgrad.bench.run_tasks", lambda *args, **kwargs: ran.append(args))
+    assert main(["bench", "toy", "--out", str(tmp_path / "new" / "deeper")]) == 0
+    assert len(ran) == 1
+
+
+@pytest.mark.parametrize("device", ["meta", "not-a-device"])
+def test_bench_device_without_real_values_is_refused(
+    capsys: pytest.CaptureFixture[str], device: str
+) -> None:
+    _usage_error(capsys, ["bench", "toy", "--device", device], "--device", device)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63)])
+def test_bench_and_plot_seed_out_of_range(capsys: pytest.CaptureFixture[str], seed: str) -> None:
+    _usage_error(capsys, ["bench", "toy", "--seed", seed], "--seed")
+    _usage_error(capsys, ["plot", "--seed", seed], "--seed")
+
+
+def test_plot_out_that_is_a_file_and_too_few_draws(
+    capsys: pytest.CaptureFixture[str], a_file: Path, tmp_path: Path
+) -> None:
+    _usage_error(capsys, ["plot", "--out", str(a_file)], "--out", "not a folder")
+    for draws in ("0", "1", "-3"):
+        _usage_error(capsys, ["plot", "--draws", draws, "--out", str(tmp_path)], "--draws")
+    assert not any(tmp_path.glob("*.png"))
+
+
+def test_audit_usage_shows_args_as_optional(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "--help"]) == 0
+    assert "usage: hardgrad audit [-h] SCRIPT [ARGS ...]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("exit_call", "code", "message"),
+    [
+        ('sys.exit("training diverged")', 1, "training diverged"),
+        ("sys.exit(3)", 3, None),
+        ("sys.exit()", 0, None),
+        ("sys.exit(None)", 0, None),
+    ],
+)
+def test_audit_reports_sys_exit_as_python_does(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    exit_call: str,
+    code: int,
+    message: str | None,
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(f"import sys\n{exit_call}\n")
+    assert main(["audit", str(script)]) == code
+    err = capsys.readouterr().err
+    if message is not None:
+        assert err.strip().splitlines() == [message]
+    else:
+        assert err.strip() == ""
+    # The real interpreter, for comparison: the same status and the same message.
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == code
+    assert done.stderr.strip() == (message or "")

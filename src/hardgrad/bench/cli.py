@@ -134,6 +134,55 @@ def _estimator_kind(entry: object) -> str:
     return f"[{where}, {bias}]"
 
 
+def _check_out_folder(parser: argparse.ArgumentParser, option: str, path: Path) -> None:
+    """A usage error (exit 2) unless ``path`` is a folder, or one that can be created."""
+    if path.exists() and not path.is_dir():
+        parser.error(f"{option} {str(path)!r}: exists and is not a folder")
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        parser.error(f"{option} {str(path)!r}: {str(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        parser.error(f"{option} {str(path)!r}: {str(ancestor)!r} is not writable")
+
+
+#: Seeds the tasks can offset (seed + 1000 + i, ...) and still give torch.Generator.manual_seed.
+_MAX_SEED = 2**62
+
+
+def _check_seed(parser: argparse.ArgumentParser, seed: int) -> None:
+    if not 0 <= seed <= _MAX_SEED:
+        parser.error(f"--seed must be in [0, 2**62], but found {seed}")
+
+
+#: The device types benchmarks run on (a tensor there must compute real values; ``meta``
+#: has none), each with the check that the backend is there.
+_DEVICE_TYPES = {
+    "cpu": lambda: True,
+    "cuda": lambda: torch.cuda.is_available(),
+    "mps": lambda: torch.backends.mps.is_available(),
+    "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available(),
+}
+
+
+def _check_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
+    """The ``--device`` as a torch device, or a usage error naming the option."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError) as error:
+        parser.error(f"invalid --device {text!r}: {error}")
+    available = _DEVICE_TYPES.get(device.type)
+    if available is None:
+        parser.error(
+            f"--device {text!r}: benchmarks compute real values, on one of "
+            f"{', '.join(_DEVICE_TYPES)}; found the device type {device.type!r}"
+        )
+    if not available():
+        parser.error(f"--device {text!r}: {device.type.upper()} is not available")
+    return device
+
+
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from . import TASKS, BenchSettings, run_tasks
     from .report import print_result
@@ -145,12 +194,10 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
             f"available tasks: {', '.join(TASKS.names())}"
         )
-    try:
-        device = torch.device(args.device)
-    except (RuntimeError, ValueError) as error:
-        bench_parser.error(f"invalid --device {args.device!r}: {error}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        bench_parser.error(f"--device {args.device!r}: CUDA is not available")
+    device = _check_device(bench_parser, args.device)
+    _check_seed(bench_parser, args.seed)
+    if args.out is not None:
+        _check_out_folder(bench_parser, "--out", args.out)
     if args.data is not None and not args.data.is_dir():
         bench_parser.error(f"--data {str(args.data)!r}: expected a folder of IDX files")
     if args.threads is not None and args.threads < 1:
@@ -176,6 +223,17 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _exit_status(code: object) -> int:
+    """What Python does with ``sys.exit(code)``: an int is the status, None is 0, anything
+    else is printed to stderr and gives 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
 def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import runpy
     import traceback
@@ -194,9 +252,7 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             try:
                 runpy.run_path(str(script), run_name="__main__")
             except SystemExit as exit_:
-                code = (
-                    exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-                )
+                code = _exit_status(exit_.code)
             except Exception:  # the script failed: show it, and what was found until then
                 traceback.print_exc()
                 code = 1
@@ -207,6 +263,13 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    plot_parser: argparse.ArgumentParser = args.plot_parser
+    if args.draws < 2:
+        plot_parser.error(
+            f"--draws must be >= 2 (a spread needs two draws), but found {args.draws}"
+        )
+    _check_out_folder(plot_parser, "--out", args.out)
+    _check_seed(plot_parser, args.seed)
     try:
         from .plots import plot_all
     except ImportError as error:  # pragma: no cover - matplotlib missing
@@ -292,10 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--draws", type=int, default=20000, metavar="N", help="toy draws per estimator"
     )
     plotting.add_argument("--seed", type=int, default=0, metavar="N", help="random seed")
-    plotting.set_defaults(handler=_plot)
+    plotting.set_defaults(handler=_plot, plot_parser=plotting)
 
     auditing = commands.add_parser(
         "audit",
+        usage="hardgrad audit [-h] SCRIPT [ARGS ...]",
         help="run a script under hardgrad.diagnostics.audit() and print the findings",
         description="Run SCRIPT with ARGS (like `python SCRIPT ARGS`) and report every place "
         "where gradient flow dies or is altered: zero-gradient ops, graph cuts, parameters "
