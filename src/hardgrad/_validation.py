@@ -89,7 +89,9 @@ def check_real(value: Any, name: str) -> float:
         result = float(value)
     except OverflowError:
         result = math.inf if value > 0 else -math.inf  # type: ignore[operator]
-    if math.isnan(result):
+    # Comparisons, not math.isnan/isfinite: under torch.compile(dynamic=True) a float
+    # argument is symbolic, and comparing it is what Dynamo can trace (as a guard).
+    if result != result:
         raise ValueError(f"Expected `{name}` to be a number, but found {name}=nan")
     return result
 
@@ -97,7 +99,7 @@ def check_real(value: Any, name: str) -> float:
 def check_positive(value: Any, name: str) -> float:
     """``value`` must be a finite real number > 0."""
     result = check_real(value, name)
-    if not (result > 0 and math.isfinite(result)):
+    if not 0 < result < math.inf:
         raise ValueError(f"Expected `{name}` > 0 and finite, but found {name}={value!r}")
     return result
 
