@@ -1,5 +1,9 @@
 """The three autograd Functions behind every elementwise hard op.
 
+Each also has a forward-mode rule (``jvp``, for ``torch.func.jvp``, ``jacfwd`` and
+``torch.autograd.forward_ad``): an elementwise op's surrogate Jacobian is diagonal, so the
+tangent is multiplied by exactly what backward multiplies the incoming gradient by.
+
 Each computes ``hard(x)`` exactly in forward and differs only in what it saves:
 
 * :class:`IdentityGradient`: nothing; backward returns the incoming gradient.
@@ -93,6 +97,10 @@ class IdentityGradient(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
 
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _hard: Any) -> Tensor:
+        return tangent
+
 
 def _with_mask(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:
     return hard(x), mask(x)
@@ -119,11 +127,17 @@ class MaskedGradient(torch.autograd.Function):
         keep = output[1]
         ctx.mark_non_differentiable(keep)
         ctx.save_for_backward(keep)
+        ctx.save_for_forward(keep)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None]:
         (keep,) = ctx.saved_tensors
         return masked(grad, keep), None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _hard_and_mask: Any) -> tuple[Tensor, None]:
+        (keep,) = ctx.saved_tensors
+        return tangent * keep, None
 
 
 @cached_signature
@@ -141,11 +155,17 @@ class SurrogateGradient(torch.autograd.Function):
         x, _, surrogate = inputs
         ctx.surrogate = surrogate
         ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (x,) = ctx.saved_tensors
         return ctx.surrogate.backward(grad, x), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _hard: Any, _surrogate: Any) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return ctx.surrogate.backward(tangent, x)
 
 
 def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:

@@ -46,12 +46,19 @@ class _OneHotArgmax(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         logits, dim, tau = inputs
         ctx.save_for_backward(logits)
+        ctx.save_for_forward(logits)
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (logits,) = ctx.saved_tensors
         return softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _dim: Any, _tau: Any) -> Tensor:
+        # The softmax Jacobian diag(p) - p p^T (over tau) is symmetric: the JVP is the VJP.
+        (logits,) = ctx.saved_tensors
+        return softmax_vjp(logits, tangent, ctx.dim, ctx.tau)
 
 
 def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor:
@@ -159,6 +166,7 @@ class _TopKMask(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         x, k, dim, tau = inputs
         ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
         ctx.k, ctx.dim, ctx.tau = k, dim, tau
 
     @staticmethod
@@ -166,6 +174,13 @@ class _TopKMask(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_settings: Any) -> Tensor:
+        # The relaxation's Jacobian (diag(a) - a a^T / sum a) / tau is symmetric.
+        (x,) = ctx.saved_tensors
+        m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
+        return _soft_topk_vjp(m, tangent, ctx.dim, ctx.tau)
 
 
 @cached_signature
@@ -180,12 +195,18 @@ class _SoftTopKMask(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         _, _, dim, tau = inputs
         ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (m,) = ctx.saved_tensors
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_settings: Any) -> Tensor:
+        (m,) = ctx.saved_tensors  # the Jacobian is symmetric (see _TopKMask.jvp)
+        return _soft_topk_vjp(m, tangent, ctx.dim, ctx.tau)
 
 
 def _check_topk(x: Tensor, k: Any, dim: Any, tau: Any) -> tuple[int, int, float]:

@@ -54,18 +54,30 @@ class _ValueWithSurrogate(torch.autograd.Function):
         ctx.surrogate = surrogate
         if keep is not None:
             ctx.save_for_backward(keep)
+            ctx.save_for_forward(keep)
         elif surrogate.kind != "identity":
             ctx.save_for_backward(x)
+            ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        return _ValueWithSurrogate._times_derivative(ctx, grad), None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor:
+        # Elementwise: the tangent of x times what backward multiplies by (none from value).
+        return _ValueWithSurrogate._times_derivative(ctx, tangent)
+
+    @staticmethod
+    def _times_derivative(ctx: Any, vector: Tensor) -> Tensor:
         surrogate = ctx.surrogate
         if surrogate.kind == "identity":
-            return grad, None, None, None
+            return vector
         (saved,) = ctx.saved_tensors
         if surrogate.kind == "indicator":
-            return masked(grad, saved), None, None, None
-        return surrogate.backward(grad, saved), None, None, None
+            return masked(vector, saved)
+        result: Tensor = surrogate.backward(vector, saved)
+        return result
 
 
 class StraightThrough:

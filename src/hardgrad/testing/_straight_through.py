@@ -145,7 +145,8 @@ def assert_straight_through(
     if not callable(hard):
         raise TypeError(f"Expected `hard` to be callable, but found {type(hard).__name__}")
     if isinstance(surrogate, str):
-        surrogate = SURROGATES.default(surrogate, "surrogate")  # unknown: ValueError listing them
+        named: Surrogate = SURROGATES.default(surrogate, "surrogate")  # unknown: lists the names
+        surrogate = named
     elif not (callable(surrogate) or isinstance(surrogate, Surrogate)):
         raise TypeError(
             "Expected `surrogate` to be a callable, a surrogate name or a "

@@ -1,0 +1,134 @@
+"""Forward-mode AD (issue 14, item 3): ``torch.func.jvp``, ``jacfwd`` and
+``torch.autograd.forward_ad`` through every hard op, with the same surrogate the backward
+uses.
+
+For an elementwise op with surrogate :math:`s` the JVP is :math:`\\dot x \\odot s'(x)`;
+for the selections it is the smooth relaxation's Jacobian times the tangent (the softmax's
+and the soft top-k's Jacobians are symmetric, so the JVP equals the VJP of the same
+vector). Registry-driven: a new op or surrogate is covered automatically.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+
+import hardgrad as hg
+from hardgrad.ops import OPS
+from hardgrad.surrogates import SURROGATES
+
+ELEMENTWISE = [(n, spec) for n, spec in OPS.items() if spec.family is not None]
+OP_SURROGATE = [
+    (name, surrogate)
+    for name, spec in ELEMENTWISE
+    for surrogate, cls in SURROGATES.items()
+    if spec.family in cls.applies_to
+]
+SELECTIONS = [n for n, spec in OPS.items() if spec.family is None]
+
+
+def _inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(40, generator=g) * 2, torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5])])
+    t = torch.randn(x.shape, generator=g)
+    return x.to(dtype), t.to(dtype)
+
+
+@pytest.mark.parametrize(("name", "surrogate"), OP_SURROGATE)
+def test_jvp_is_the_tangent_times_the_surrogate_derivative(
+    name, surrogate, dtype, tol, closed_form, assert_close_to
+):
+    spec = OPS.get(name)
+    x, t = _inputs(dtype)
+
+    def op(v: torch.Tensor) -> torch.Tensor:
+        return spec(v, surrogate=surrogate)
+
+    value, tangent = torch.func.jvp(op, (x,), (t,))
+    assert torch.equal(value, op(x))
+    assert tangent.dtype == dtype and tangent.shape == x.shape
+    # The same numbers the backward gives for the same vector (one definition, both modes).
+    _, pullback = torch.func.vjp(op, x)
+    (cotangent,) = pullback(t)
+    assert torch.equal(tangent, cotangent)
+    # And the surrogate's formula, from the independent closed forms of conftest.py;
+    # clamp-family surrogates use the op's own range (quantize: its levels' range).
+    if name in ("clamp", "quantize"):
+        low, high = (-1.0, 1.0) if name == "clamp" else (-8 * 0.25 - 0.125, 7 * 0.25 + 0.125)
+        inside = (x.double() >= low) & (x.double() <= high)
+        expected = t.double() * (inside.double() if surrogate == "masked" else 1.0)
+        if name == "quantize":  # in range on the rounded level: checked through the backward
+            expected = cotangent.double()
+    else:
+        expected = t.double() * closed_form(SURROGATES.get(surrogate)(), x)
+    assert_close_to(tangent, expected, tol)
+
+
+@pytest.mark.parametrize(("name", "surrogate"), OP_SURROGATE)
+def test_forward_ad_dual_tensors_and_jacfwd(name, surrogate):
+    spec = OPS.get(name)
+    x, t = _inputs(torch.float64)
+
+    def op(v: torch.Tensor) -> torch.Tensor:
+        return spec(v, surrogate=surrogate)
+
+    with fwAD.dual_level():
+        out = op(fwAD.make_dual(x, t))
+        primal, tangent = fwAD.unpack_dual(out)
+    assert torch.equal(primal, op(x))
+    assert torch.equal(tangent, torch.func.jvp(op, (x,), (t,))[1])
+    small = x[:6]
+    torch.testing.assert_close(torch.func.jacfwd(op)(small), torch.func.jacrev(op)(small))
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_selection_jvp_is_the_relaxation_jacobian_times_the_tangent(name, dtype):
+    spec = OPS.get(name)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 7, generator=g).to(dtype)
+    t = torch.randn(4, 7, generator=g).to(dtype)
+
+    def op(v: torch.Tensor) -> torch.Tensor:
+        return spec(v, tau=0.7)
+
+    value, tangent = torch.func.jvp(op, (x,), (t,))
+    assert torch.equal(value, op(x))
+    # Against the relaxation's Jacobian in float64, by autograd through the smooth map.
+    x64 = x.double()
+    if name == "one_hot_argmax":
+        relaxation = lambda v: torch.softmax(v / 0.7, -1)  # noqa: E731
+    else:
+        relaxation = lambda v: hg.ops.soft_topk_mask(v, spec.kwargs["k"], tau=0.7)  # noqa: E731
+    _, expected = torch.func.jvp(relaxation, (x64,), (t.double(),))
+    tolerance = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 2e-2)
+    torch.testing.assert_close(tangent.double(), expected, rtol=tolerance, atol=tolerance)
+    if dtype == torch.float64:
+        torch.testing.assert_close(torch.func.jacfwd(op)(x[0]), torch.func.jacrev(op)(x[0]))
+
+
+@pytest.mark.parametrize("soft", [None, "clipped", "tanh", torch.sin], ids=str)
+def test_straight_through_forward_mode(soft):
+    x, t = _inputs(torch.float64)
+    value = torch.round(x)
+    for hard in (torch.round, value):
+        op = hg.straight_through(hard, soft)
+        out, tangent = torch.func.jvp(op, (x,), (t,))
+        assert torch.equal(out, value)
+        _, pullback = torch.func.vjp(op, x)
+        torch.testing.assert_close(tangent, pullback(t)[0], rtol=1e-15, atol=0.0)
+
+
+def test_jvp_composes_with_vmap_and_jacfwd_of_a_model():
+    """jacfwd of a small model with hard activations: one forward pass per input column."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(5, 3).double()
+
+    def model(v: torch.Tensor) -> torch.Tensor:
+        return hg.heaviside(layer(hg.sign(v, surrogate="tanh")), surrogate="fast_sigmoid")
+
+    x = torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(torch.func.jacfwd(model)(x), torch.func.jacrev(model)(x))
+    batch = torch.randn(4, 5, dtype=torch.float64)
+    per_row = torch.vmap(torch.func.jacfwd(model))(batch)
+    assert per_row.shape == (4, 3, 5)
