@@ -1,8 +1,8 @@
 """The three autograd Functions behind every elementwise hard op.
 
-Each also has a forward-mode rule (``jvp``, for ``torch.func.jvp``, ``jacfwd`` and
-``torch.autograd.forward_ad``): an elementwise op's surrogate Jacobian is diagonal, so the
-tangent is multiplied by exactly what backward multiplies the incoming gradient by.
+Each has a forward-mode twin (see :func:`forward_mode`) for ``torch.func.jvp``, ``jacfwd``
+and ``torch.autograd.forward_ad``: an elementwise op's surrogate Jacobian is diagonal, so
+the tangent is multiplied by exactly what backward multiplies the incoming gradient by.
 
 Each computes ``hard(x)`` exactly in forward and differs only in what it saves:
 
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 
@@ -33,6 +34,7 @@ from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
 F = TypeVar("F", bound=torch.autograd.Function)
+G = TypeVar("G", bound=torch.autograd.Function)
 
 
 def masked(grad: Tensor, keep: Tensor) -> Tensor:
@@ -61,6 +63,24 @@ def cached_signature(cls: type[F]) -> type[F]:
     return cls
 
 
+def forward_mode(traceable: type[F]) -> Callable[[type[G]], type[G]]:
+    """Register the decorated subclass of ``traceable`` as its forward-mode twin.
+
+    The twin adds ``jvp`` (and saves what it needs with ``ctx.save_for_forward``).
+    :func:`apply_function` uses it only where forward mode can be active: inside a
+    ``torch.func`` transform or a ``torch.autograd.forward_ad.dual_level``. Elsewhere the
+    plain class runs: torch 2.13's Dynamo refuses to trace a Function with a custom ``jvp``
+    (so ``torch.compile`` gets the plain class), and plain eager calls pay nothing for
+    forward mode.
+    """
+
+    def register(twin: type[G]) -> type[G]:
+        traceable.forward_twin = twin  # type: ignore[attr-defined]
+        return twin
+
+    return register
+
+
 def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     """``function.apply(*args)`` without its per-call cost in plain eager mode.
 
@@ -70,11 +90,14 @@ def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     argument positionally and its forwards have no defaults, so the binding is a no-op: in
     eager mode without an active ``torch.func`` transform this calls the C++ ``apply`` that
     ``Function.apply`` ends in, after the same unwrapping of tensors left over from exited
-    transforms. Under ``torch.compile`` or a transform it is ``function.apply`` itself, the
-    call Dynamo and functorch recognise.
+    transforms. Under ``torch.compile`` it is ``function.apply`` itself, the call Dynamo
+    recognises; under a ``torch.func`` transform or inside a forward-mode dual level it is
+    the ``apply`` of the function's forward-mode twin (:func:`forward_mode`), if it has one.
     """
-    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+    if torch.compiler.is_compiling():
         return function.apply(*args)
+    if torch._C._are_functorch_transforms_active() or _forward_ad._current_level >= 0:
+        return getattr(function, "forward_twin", function).apply(*args)
     base = super(torch.autograd.Function, function)  # the C++ _FunctionBase.apply
     return base.apply(*unwrap_dead_wrappers(args))  # type: ignore[attr-defined]
 
@@ -96,6 +119,12 @@ class IdentityGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
+
+
+@forward_mode(IdentityGradient)
+@cached_signature
+class IdentityGradientJVP(IdentityGradient):
+    """:class:`IdentityGradient` with its forward-mode rule: the tangent unchanged."""
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, _hard: Any) -> Tensor:
@@ -127,12 +156,22 @@ class MaskedGradient(torch.autograd.Function):
         keep = output[1]
         ctx.mark_non_differentiable(keep)
         ctx.save_for_backward(keep)
-        ctx.save_for_forward(keep)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_mask: Any) -> tuple[Tensor, None]:
         (keep,) = ctx.saved_tensors
         return masked(grad, keep), None
+
+
+@forward_mode(MaskedGradient)
+@cached_signature
+class MaskedGradientJVP(MaskedGradient):
+    """:class:`MaskedGradient` with its forward-mode rule: the tangent where the mask is set."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        MaskedGradient.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(output[1])
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, _hard_and_mask: Any) -> tuple[Tensor, None]:
@@ -155,12 +194,22 @@ class SurrogateGradient(torch.autograd.Function):
         x, _, surrogate = inputs
         ctx.surrogate = surrogate
         ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (x,) = ctx.saved_tensors
         return ctx.surrogate.backward(grad, x), None, None
+
+
+@forward_mode(SurrogateGradient)
+@cached_signature
+class SurrogateGradientJVP(SurrogateGradient):
+    """:class:`SurrogateGradient` with its forward-mode rule: ``tangent * s'(x)``."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        SurrogateGradient.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, _hard: Any, _surrogate: Any) -> Tensor:

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
-from ._autograd import apply_function, cached_signature
+from ._autograd import apply_function, cached_signature, forward_mode
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
 # dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
@@ -46,13 +46,21 @@ class _OneHotArgmax(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         logits, dim, tau = inputs
         ctx.save_for_backward(logits)
-        ctx.save_for_forward(logits)
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (logits,) = ctx.saved_tensors
         return softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None
+
+
+@forward_mode(_OneHotArgmax)
+@cached_signature
+class _OneHotArgmaxJVP(_OneHotArgmax):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _OneHotArgmax.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, _dim: Any, _tau: Any) -> Tensor:
@@ -166,7 +174,6 @@ class _TopKMask(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         x, k, dim, tau = inputs
         ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
         ctx.k, ctx.dim, ctx.tau = k, dim, tau
 
     @staticmethod
@@ -174,6 +181,15 @@ class _TopKMask(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+
+@forward_mode(_TopKMask)
+@cached_signature
+class _TopKMaskJVP(_TopKMask):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _TopKMask.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_settings: Any) -> Tensor:
@@ -195,13 +211,21 @@ class _SoftTopKMask(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         _, _, dim, tau = inputs
         ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
         ctx.dim, ctx.tau = dim, tau
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (m,) = ctx.saved_tensors
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
+
+
+@forward_mode(_SoftTopKMask)
+@cached_signature
+class _SoftTopKMaskJVP(_SoftTopKMask):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _SoftTopKMask.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(output)
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_settings: Any) -> Tensor:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._validation import check_floating
-from ._autograd import apply_function, cached_signature, masked
+from ._autograd import apply_function, cached_signature, forward_mode, masked
 
 TensorFn = Callable[[Tensor], Tensor]
 HardLike = TensorFn | Tensor
@@ -54,19 +54,12 @@ class _ValueWithSurrogate(torch.autograd.Function):
         ctx.surrogate = surrogate
         if keep is not None:
             ctx.save_for_backward(keep)
-            ctx.save_for_forward(keep)
         elif surrogate.kind != "identity":
             ctx.save_for_backward(x)
-            ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         return _ValueWithSurrogate._times_derivative(ctx, grad), None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor:
-        # Elementwise: the tangent of x times what backward multiplies by (none from value).
-        return _ValueWithSurrogate._times_derivative(ctx, tangent)
 
     @staticmethod
     def _times_derivative(ctx: Any, vector: Tensor) -> Tensor:
@@ -78,6 +71,24 @@ class _ValueWithSurrogate(torch.autograd.Function):
             return masked(vector, saved)
         result: Tensor = surrogate.backward(vector, saved)
         return result
+
+
+@forward_mode(_ValueWithSurrogate)
+@cached_signature
+class _ValueWithSurrogateJVP(_ValueWithSurrogate):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _ValueWithSurrogate.setup_context(ctx, inputs, output)
+        x, _, keep, surrogate = inputs
+        if keep is not None:
+            ctx.save_for_forward(keep)
+        elif surrogate.kind != "identity":
+            ctx.save_for_forward(x)
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor:
+        # Elementwise: the tangent of x times what backward multiplies by (none from value).
+        return _ValueWithSurrogate._times_derivative(ctx, tangent)
 
 
 class StraightThrough:
