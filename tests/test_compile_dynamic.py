@@ -1,4 +1,5 @@
-"""torch.compile when the batch size changes (issue 14): every registered op, compiled the
+"""torch.compile when the batch size changes (issue 14): every registered op, sampler,
+estimator (through ``hg.expectation``), Bengio unit and module, compiled the
 way users compile, called on batches of 8, then 5 (the last, smaller batch: the automatic
 dynamic-shape path recompiles with a symbolic batch size), then 3, and with
 ``dynamic=True`` from the start; with and without ``fullgraph``.
@@ -16,7 +17,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from torch import nn
 
+import hardgrad as hg
+from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
 
 pytestmark = pytest.mark.compile
@@ -24,8 +28,12 @@ pytestmark = pytest.mark.compile
 BATCHES = (8, 5, 3)
 
 #: (dynamic, fullgraph) as users pass them; dynamic=None is the default automatic path.
-MODES = [(None, False), (None, True), (True, False), (True, True)]
-MODE_IDS = ["auto", "auto-fullgraph", "dynamic", "dynamic-fullgraph"]
+#: With fullgraph=True a graph break is an error, so where these pass, the same call without
+#: fullgraph traces the very same single graph: the matrix runs fullgraph, and
+#: test_without_fullgraph covers the non-fullgraph spelling on one case of each kind.
+MODES = [(None, True), (True, True)]
+MODE_IDS = ["auto-fullgraph", "dynamic-fullgraph"]
+NON_FULLGRAPH = [(None, False), (True, False)]
 
 
 def _assert_compiled_matches_eager(
@@ -57,3 +65,153 @@ def test_every_op_with_a_changing_batch(name: str, mode) -> None:
         return torch.randn(batch, 6, generator=g, dtype=torch.float32) * 2
 
     _assert_compiled_matches_eager(lambda x: spec(x), make, mode)
+
+
+# --------------------------------------------------------------------------------------
+# Samplers, expectations and modules: seeded, so compiled and eager draw the same noise
+# (aot_eager runs the same random kernels on the same generator).
+# --------------------------------------------------------------------------------------
+
+PATHWISE = [n for n, cls in ESTIMATORS.items() if cls.pathwise]
+
+#: Estimators that call torch.autograd.grad inside the expectation and say so with a
+#: RuntimeError under torch.compile (documented in their docstrings).
+EAGER_ONLY = {"rebar", "relax"}
+
+
+def _assert_seeded_compiled_matches_eager(fn, make, mode, *, seeded=True) -> None:
+    dynamic, fullgraph = mode
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, dynamic=dynamic, fullgraph=fullgraph, backend="aot_eager")
+    for batch in BATCHES:
+        x = make(batch)
+        results = []
+        for run in (compiled, fn):
+            leaf = x.clone().requires_grad_()
+            if seeded:
+                torch.manual_seed(batch)
+            y = run(leaf)
+            w = torch.randn(y.shape, generator=torch.Generator().manual_seed(batch))
+            (y * w).sum().backward()
+            results.append((y.detach(), leaf.grad))
+        (y_c, g_c), (y_e, g_e) = results
+        assert torch.equal(y_c, y_e), batch
+        torch.testing.assert_close(g_c, g_e, rtol=1e-6, atol=1e-7)
+    torch._dynamo.reset()
+
+
+def _logits(batch: int) -> torch.Tensor:
+    return torch.randn(batch, 4, generator=torch.Generator().manual_seed(100 + batch))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("dist", ["bernoulli", "categorical"])
+@pytest.mark.parametrize("name", PATHWISE)
+def test_every_sampler_with_a_changing_batch(name, dist, mode) -> None:
+    """Regression: torch.rand(..., generator=None) failed with a symbolic batch size."""
+    sampler = hg.bernoulli if dist == "bernoulli" else hg.categorical
+    _assert_seeded_compiled_matches_eager(lambda x: sampler(x, estimator=name), _logits, mode)
+
+
+EXPECTATION_CASES = [
+    (name, dist)
+    for name, cls in ESTIMATORS.items()
+    if name not in EAGER_ONLY
+    for dist in getattr(cls, "dists", ("bernoulli", "categorical"))
+]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize(("name", "dist"), EXPECTATION_CASES)
+def test_every_expectation_with_a_changing_batch(name, dist, mode) -> None:
+    estimator = hg.estimators.get(name)
+
+    def objective(b: torch.Tensor) -> torch.Tensor:
+        return (b - 0.3).pow(2).sum(-1)
+
+    _assert_seeded_compiled_matches_eager(
+        lambda x: hg.expectation(objective, x, dist=dist, estimator=estimator), _logits, mode
+    )
+
+
+@pytest.mark.parametrize("name", sorted(EAGER_ONLY))
+def test_eager_only_estimators_say_so_under_compile(name) -> None:
+    estimator = hg.estimators.get(name)
+    compiled = torch.compile(
+        lambda x: hg.expectation(lambda b: b.sum(-1), x, estimator=estimator), backend="aot_eager"
+    )
+    with pytest.raises(RuntimeError, match="eager"):
+        compiled(torch.zeros(3, 2, requires_grad=True)).sum().backward()
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("unit", ["stochastic_times_smooth", "noisy_rectifier"])
+def test_bengio_units_with_a_changing_batch(unit, mode) -> None:
+    fn = getattr(hg, unit)
+    _assert_seeded_compiled_matches_eager(lambda x: fn(x), _logits, mode)
+
+
+#: A factory for every module of hardgrad.nn (a new module without one fails below).
+MODULES = {
+    "Round": lambda: hg.nn.Round(),
+    "Sign": lambda: hg.nn.Sign(surrogate="tanh"),
+    "Binarize": lambda: hg.nn.Binarize(),
+    "Heaviside": lambda: hg.nn.Heaviside(),
+    "Clamp": lambda: hg.nn.Clamp(-0.5, 0.75),
+    "OneHotArgmax": lambda: hg.nn.OneHotArgmax(tau=0.5),
+    "Quantize": lambda: hg.nn.Quantize(bits=4, per_channel_dim=1),
+    "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=hg.nn.anneal(1.0, 0.5, 10)),
+    "Categorical": lambda: hg.nn.Categorical(estimator="gumbel_rao"),
+}
+
+
+def test_every_module_has_a_factory() -> None:
+    classes = {
+        name
+        for name in hg.nn.__all__
+        if isinstance(getattr(hg.nn, name), type) and issubclass(getattr(hg.nn, name), nn.Module)
+    }
+    assert classes == set(MODULES)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_with_a_changing_batch(name, mode) -> None:
+    """Two instances built alike (state advances the same way), one compiled."""
+    compiled_module, eager_module = MODULES[name](), MODULES[name]()
+    modules = iter([compiled_module, eager_module] * len(BATCHES))
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return next(modules)(x)
+
+    dynamic, fullgraph = mode
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        compiled_module, dynamic=dynamic, fullgraph=fullgraph, backend="aot_eager"
+    )
+    for batch in BATCHES:
+        x = _logits(batch)
+        outputs = []
+        for run in (compiled, eager_module):
+            leaf = x.clone().requires_grad_()
+            torch.manual_seed(batch)
+            y = run(leaf)
+            y.sum().backward()
+            outputs.append((y.detach(), leaf.grad))
+        assert torch.equal(outputs[0][0], outputs[1][0]), batch
+        torch.testing.assert_close(outputs[0][1], outputs[1][1])
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", NON_FULLGRAPH, ids=["auto", "dynamic"])
+@pytest.mark.parametrize("kind", ["op", "sampler", "expectation", "module"])
+def test_without_fullgraph(kind, mode) -> None:
+    if kind == "op":
+        test_every_op_with_a_changing_batch("sign", mode)
+    elif kind == "sampler":
+        test_every_sampler_with_a_changing_batch("st", "categorical", mode)
+    elif kind == "expectation":
+        test_every_expectation_with_a_changing_batch("rloo", "bernoulli", mode)
+    else:
+        test_every_module_with_a_changing_batch("Bernoulli", mode)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 from torch import Tensor
 
@@ -51,3 +53,23 @@ def softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).
     vjp = torch.ops.aten._softmax_backward_data(opmath(grad), p, dim, p.dtype)
     return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
+
+
+def random_tensor(
+    sampler: Callable[..., Tensor],
+    shape: Sequence[int],
+    generator: torch.Generator | None,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor:
+    """``sampler(shape, generator=generator, dtype=dtype, device=device)`` (``torch.rand``,
+    ``torch.randn``), leaving ``generator`` out when it is None.
+
+    torch 2.13's ``generator=`` overloads take only concrete sizes, so passing
+    ``generator=None`` failed a compiled call whose batch size had gone symbolic (the
+    automatic dynamic-shape recompile on a smaller last batch, or ``dynamic=True``).
+    """
+    if generator is None:
+        return sampler(shape, dtype=dtype, device=device)
+    return sampler(shape, generator=generator, dtype=dtype, device=device)

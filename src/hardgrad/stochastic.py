@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
+from ._kernels import random_tensor
 from ._validation import check_dim, check_floating, check_normal, check_real
 from .estimators._base import noise_dtype, uniform
 
@@ -189,5 +190,5 @@ def noisy_rectifier(
     scale = check_real(sigma, "sigma")
     if not 0 <= scale < float("inf"):
         raise ValueError(f"Expected `sigma` >= 0 and finite, but found sigma={sigma!r}")
-    noise = torch.randn(x.shape, generator=generator, dtype=noise_dtype(x), device=x.device)
+    noise = random_tensor(torch.randn, x.shape, generator, dtype=noise_dtype(x), device=x.device)
     return torch.relu(x.to(noise.dtype) + scale * noise).to(x.dtype)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._kernels import opmath_dtype
+from .._kernels import opmath_dtype, random_tensor
 from .._registry import Registry
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
@@ -76,9 +76,8 @@ def uniform(
 ) -> Tensor:
     """Uniform noise in ``[tiny, 1 - eps]``, so that ``log(u)`` and ``log(1 - u)`` are finite."""
     dtype = noise_dtype(like)
-    u = torch.rand(
-        like.shape if shape is None else shape, generator=generator, dtype=dtype, device=like.device
-    )
+    size = like.shape if shape is None else shape
+    u = random_tensor(torch.rand, size, generator, dtype=dtype, device=like.device)
     info = torch.finfo(dtype)
     return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
 
