@@ -1,6 +1,7 @@
 """Forward-mode AD (issue 14, item 3): ``torch.func.jvp``, ``jacfwd`` and
-``torch.autograd.forward_ad`` through every hard op, with the same surrogate the backward
-uses.
+``torch.autograd.forward_ad`` through every hard op (with the same surrogate the backward
+uses), every sampler and every estimator of ``hg.expectation`` (REBAR and RELAX refuse,
+saying why).
 
 For an elementwise op with surrogate :math:`s` the JVP is :math:`\\dot x \\odot s'(x)`;
 for the selections it is the smooth relaxation's Jacobian times the tangent (the softmax's
@@ -15,6 +16,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import hardgrad as hg
+from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
 from hardgrad.surrogates import SURROGATES
 
@@ -132,3 +134,100 @@ def test_jvp_composes_with_vmap_and_jacfwd_of_a_model():
     batch = torch.randn(4, 5, dtype=torch.float64)
     per_row = torch.vmap(torch.func.jacfwd(model))(batch)
     assert per_row.shape == (4, 3, 5)
+
+
+# --------------------------------------------------------------------------------------
+# Samplers and expectations: the same draw (seeded generator) in both modes.
+# --------------------------------------------------------------------------------------
+
+PATHWISE = [n for n, cls in ESTIMATORS.items() if cls.pathwise]
+EAGER_ONLY = {"rebar", "relax"}
+
+
+def _logits_and_tangent() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    return torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(
+        3, 4, generator=g, dtype=torch.float64
+    )
+
+
+@pytest.mark.parametrize("dist", ["bernoulli", "categorical"])
+@pytest.mark.parametrize("name", PATHWISE)
+def test_sampler_jvp_is_the_estimator_jacobian_times_the_tangent(name, dist):
+    """Every pathwise estimator's surrogate Jacobian is symmetric (softmax Jacobians, their
+    means and combinations, diagonal Bernoulli forms), so the JVP equals the VJP of the
+    same vector on the same draw; jacfwd equals jacrev."""
+    sampler = hg.bernoulli if dist == "bernoulli" else hg.categorical
+    logits, t = _logits_and_tangent()
+
+    def draw(v: torch.Tensor) -> torch.Tensor:
+        return sampler(v, estimator=name, generator=torch.Generator().manual_seed(1))
+
+    value, tangent = torch.func.jvp(draw, (logits,), (t,))
+    assert torch.equal(value, draw(logits))
+    _, pullback = torch.func.vjp(draw, logits)
+    torch.testing.assert_close(tangent, pullback(t)[0], rtol=1e-12, atol=1e-15)
+    with fwAD.dual_level():
+        dual_tangent = fwAD.unpack_dual(draw(fwAD.make_dual(logits, t))).tangent
+    assert dual_tangent is not None and torch.equal(dual_tangent, tangent)
+    row = logits[0]
+    torch.testing.assert_close(
+        torch.func.jacfwd(draw, randomness="same")(row), torch.func.jacrev(draw)(row)
+    )
+
+
+EXPECTATIONS = [
+    (name, dist)
+    for name, cls in ESTIMATORS.items()
+    if name not in EAGER_ONLY
+    for dist in getattr(cls, "dists", ("bernoulli", "categorical"))
+]
+
+
+@pytest.mark.parametrize(("name", "dist"), EXPECTATIONS)
+def test_expectation_jvp_is_the_estimate_dotted_with_the_tangent(name, dist):
+    """Score-function estimators included: forward mode gives <estimate, tangent> on the
+    same draw as grad (they returned a tangent of 0 or none before)."""
+    logits, t = _logits_and_tangent()
+
+    def objective(b: torch.Tensor) -> torch.Tensor:
+        return (b - 0.3).pow(2).sum(-1)
+
+    def estimate(v: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(2)
+        return hg.expectation(objective, v, dist=dist, estimator=name, generator=g).sum()
+
+    _, tangent = torch.func.jvp(estimate, (logits,), (t,))
+    gradient = torch.func.grad(estimate)(logits)
+    torch.testing.assert_close(tangent, (gradient * t).sum(), rtol=1e-12, atol=1e-12)
+    with fwAD.dual_level():
+        dual = fwAD.unpack_dual(estimate(fwAD.make_dual(logits, t))).tangent
+    assert dual is not None
+    torch.testing.assert_close(dual, tangent, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(EAGER_ONLY))
+def test_rebar_and_relax_refuse_forward_mode_with_a_reason(name):
+    logits, t = _logits_and_tangent()
+    estimator = hg.estimators.get(name)
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match="no forward mode"):
+        hg.expectation(lambda b: b.sum(-1), fwAD.make_dual(logits, t), estimator=estimator)
+    with pytest.raises(RuntimeError, match=r"torch\.func"):
+        torch.func.jvp(
+            lambda v: hg.expectation(lambda b: b.sum(-1), v, estimator=estimator).sum(),
+            (logits,),
+            (t,),
+        )
+
+
+@pytest.mark.parametrize("unit", ["stochastic_times_smooth", "noisy_rectifier"])
+def test_bengio_units_forward_mode(unit):
+    fn = getattr(hg, unit)
+    logits, t = _logits_and_tangent()
+
+    def draw(v: torch.Tensor) -> torch.Tensor:
+        return fn(v, generator=torch.Generator().manual_seed(3))
+
+    _, tangent = torch.func.jvp(draw, (logits,), (t,))
+    _, pullback = torch.func.vjp(draw, logits)
+    torch.testing.assert_close(tangent, pullback(t)[0])

@@ -12,6 +12,7 @@ REBAR, RELAX) and exact enumeration need the objective, so they work through
 ('st', 'st_identity', 'gumbel_softmax', 'st_gumbel', 'gumbel_rao', 'reinmax', 'gst', 'reinforce', 'rloo', 'arm', 'disarm', 'exact', 'rebar', 'relax')
 """
 
+from . import _forward_mode  # noqa: F401  (registers the samplers' forward-mode twins)
 from ._base import ESTIMATORS, Estimator, get, gumbel_noise, resolve
 from ._pathwise import GST, ST, GumbelRao, GumbelSoftmax, ReinMax, STGumbel, STIdentity
 from ._problem import Problem

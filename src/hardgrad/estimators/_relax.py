@@ -46,7 +46,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain
 from .._validation import check_positive, check_real
-from ..ops._autograd import apply_function
+from ..ops._autograd import apply_function, has_tangent
 from ._base import ESTIMATORS, uniform
 from ._pathwise import conditional_gumbel
 from ._problem import Problem
@@ -240,6 +240,14 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
             raise RuntimeError(
                 f"{type(self).__name__} works in eager autograd only (it calls "
                 "torch.autograd.grad), not under torch.compile or torch.func transforms"
+            )
+        if has_tangent(problem.logits):
+            raise RuntimeError(
+                f"{type(self).__name__} has no forward mode (torch.autograd.forward_ad, "
+                "torch.func.jvp): its estimate contains the reverse-mode gradient of its "
+                "control variate (torch.autograd.grad inside the expectation) and trains the "
+                "control variate by the gradient of its variance, which forward-mode AD does "
+                "not run; use reverse mode (backward), or another estimator"
             )
         theta0 = problem.work_logits
         u, v = self._noise(problem, theta0)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .._kernels import eager_plain, finite, opmath
 from .._validation import check_int, check_real
-from ..ops._autograd import apply_function, cached_signature
+from ..ops._autograd import apply_function, cached_signature, has_tangent
 from ._base import ESTIMATORS, Estimator, uniform
 from ._problem import Problem
 
@@ -89,7 +89,7 @@ def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor
     """``value`` (exactly) whose gradient with respect to the logits is ``gradient`` times
     the incoming gradient."""
     logits = problem.logits
-    if not (logits.requires_grad and torch.is_grad_enabled()):
+    if not (logits.requires_grad and torch.is_grad_enabled()) and not has_tangent(logits):
         return value
     zero = apply_function(
         _ScoreGradient, logits, gradient.detach().to(logits.dtype), value.detach()

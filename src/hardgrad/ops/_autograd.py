@@ -81,6 +81,15 @@ def forward_mode(traceable: type[F]) -> Callable[[type[G]], type[G]]:
     return register
 
 
+def has_tangent(x: Tensor) -> bool:
+    """Whether ``x`` carries a forward-mode tangent: a dual tensor of
+    ``torch.autograd.forward_ad`` or a tensor inside a ``torch.func`` transform (which may
+    be ``jvp``)."""
+    if torch._C._are_functorch_transforms_active():
+        return True
+    return _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(x).tangent is not None
+
+
 def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     """``function.apply(*args)`` without its per-call cost in plain eager mode.
 
