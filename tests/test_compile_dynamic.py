@@ -160,7 +160,11 @@ MODULES = {
     "Heaviside": lambda: hg.nn.Heaviside(),
     "Clamp": lambda: hg.nn.Clamp(-0.5, 0.75),
     "OneHotArgmax": lambda: hg.nn.OneHotArgmax(tau=0.5),
-    "Quantize": lambda: hg.nn.Quantize(bits=4, per_channel_dim=1),
+    # Initialised before compiling, as its docstring asks for fullgraph (the first-batch
+    # initialisation is data-dependent: test_quantize_first_batch_under_compile).
+    "Quantize": lambda: hg.nn.Quantize(
+        bits=4, per_channel_dim=1, init_scale=torch.tensor([0.3, 0.5, 0.4, 0.6])
+    ),
     "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=hg.nn.anneal(1.0, 0.5, 10)),
     "Categorical": lambda: hg.nn.Categorical(estimator="gumbel_rao"),
 }
@@ -215,3 +219,23 @@ def test_without_fullgraph(kind, mode) -> None:
         test_every_expectation_with_a_changing_batch("rloo", "bernoulli", mode)
     else:
         test_every_module_with_a_changing_batch("Bernoulli", mode)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["auto", "dynamic"])
+def test_quantize_first_batch_under_compile(dynamic) -> None:
+    """Without fullgraph the first-batch initialisation runs eagerly (a graph break) and
+    the compiled module then equals eager; with fullgraph the error names the initialiser."""
+    torch._dynamo.reset()
+    compiled_module, eager_module = (hg.nn.Quantize(bits=4, per_channel_dim=1) for _ in "ce")
+    compiled = torch.compile(compiled_module, dynamic=dynamic, backend="aot_eager")
+    for batch in BATCHES:
+        x = _logits(batch)
+        assert torch.equal(compiled(x), eager_module(x)), batch
+    assert torch.equal(compiled_module.scale, eager_module.scale)
+    torch._dynamo.reset()
+    strict = torch.compile(
+        hg.nn.Quantize(bits=4), dynamic=dynamic, fullgraph=True, backend="aot_eager"
+    )
+    with pytest.raises(Exception, match="_initialize"):
+        strict(_logits(8))
+    torch._dynamo.reset()

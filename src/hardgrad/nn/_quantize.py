@@ -13,8 +13,9 @@ from torch import Tensor, nn
 from .. import ops
 from .. import surrogates as _surrogates
 from .._kernels import opmath_dtype
-from .._validation import check_floating, check_int
+from .._validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
+from ..ops._quantize import _check_in_range
 from ._hard import SurrogateLike
 
 
@@ -66,25 +67,52 @@ class _StepSize(torch.autograd.Function):
         return torch.where(scale < 0, -grad, grad), None, None
 
 
+#: ``grad_scale_elements`` choices: what :math:`N` counts in :math:`g = 1/\sqrt{N q_+}`.
+GRAD_SCALE_ELEMENTS = ("per_scale", "tensor")
+
+
 class Quantize(nn.Module):
     r"""Fake quantization with a learned step size (LSQ), for weights or activations.
 
     Forward: :func:`hardgrad.quantize` with the range of ``bits``-bit integers
-    (``[-2^{b-1}, 2^{b-1} - 1]`` when ``signed``, else ``[0, 2^b - 1]``), zero point 0, and
-    the module's ``scale``: one per tensor, or one per channel along ``per_channel_dim``.
-    Backward: masked straight-through for the input (by default) and the LSQ gradient for
-    the scale, scaled by :math:`g = 1/\sqrt{N q_+}` with :math:`N` elements per scale, as
-    Esser et al. (2020) recommend, https://arxiv.org/abs/1902.08153.
+    (``[-2^{b-1}, 2^{b-1} - 1]`` when ``signed``, ``[-2^{b-1} + 1, 2^{b-1} - 1]`` when also
+    ``narrow``, else ``[0, 2^b - 1]``), zero point 0, and the module's ``scale``: one per
+    tensor, or one per channel along ``per_channel_dim``. Backward: masked straight-through
+    for the input (by default; what counts as "in range" is ``in_range``, see
+    :func:`hardgrad.quantize`) and the LSQ gradient for the scale, times
+    :math:`g = 1/\sqrt{N q_+}`, Esser et al. (2020), https://arxiv.org/abs/1902.08153.
 
-    The scale is initialised from the first non-empty batch the module sees,
+    **The gradient scale.** The paper sets :math:`N` to the number of elements its one step
+    size scales (the layer's weights, or its features for activations), so that the step
+    size's gradient, a sum over those :math:`N` elements, is balanced against each
+    element's own. Per-channel scales are not in the paper; that rationale gives
+    :math:`N` = the elements *per channel*, ``grad_scale_elements="per_scale"`` (the
+    default). ``"tensor"`` uses all elements of the tensor, as torch's learnable
+    fake-quantize kernels are usually called and as most LSQ reimplementations do; both
+    agree for a per-tensor scale. For activations :math:`N` includes the batch, as in
+    those reimplementations.
+
+    **Initialisation.** The scale is set from the first non-empty batch the module sees,
     :math:`s = 2\,\overline{|x|} / \sqrt{q_+}` (per channel if ``per_channel_dim`` is set;
     averaged across ranks when ``torch.distributed`` is initialised, so DDP replicas
     agree; the mean is taken without overflow for magnitudes up to the dtype's largest
-    value). Until then it is a placeholder of shape ``()`` (or ``(1,)``): create the
-    optimizer before or after the first batch alike, since the parameter object stays the
-    same; only an optimizer *step* before the first batch would be meaningless. An empty
-    batch is passed through and leaves the scale uninitialised. With
-    ``learn_scale=False`` the scale is a buffer fixed after the first batch (calibration).
+    value), unless it was given: ``init_scale`` (a number, or for per-channel scales a 1-D
+    tensor with one scale per channel) or :meth:`init_from` (the same formula on a tensor
+    you pass, e.g. the weights, without a forward pass). Until then it is a placeholder of
+    shape ``()`` (or ``(1,)``): create the optimizer before or after the first batch alike,
+    since the parameter object stays the same; only an optimizer *step* before the first
+    batch would be meaningless. An empty batch is passed through and leaves the scale
+    uninitialised. With ``learn_scale=False`` the scale is a buffer fixed after the first
+    batch (calibration). Under ``torch.compile(fullgraph=True)`` initialise first
+    (``init_scale``, :meth:`init_from` or one eager batch): the first-batch initialisation
+    is data-dependent and runs outside the graph.
+
+    **Checkpoints.** The ``state_dict`` holds the scale and, in its extra state, what
+    defines the quantizer (``bits``, ``signed``, ``narrow``, ``per_channel_dim``).
+    Loading a checkpoint saved with other settings, or a per-channel scale into a
+    per-tensor module (or the reverse, or another channel count), raises with the key and
+    both values instead of quantizing on another grid. Checkpoints saved before these
+    settings were stored load when their scale's shape fits.
 
     The step size the forward uses is the stored :math:`s` made positive and bounded,
 
@@ -110,6 +138,15 @@ class Quantize(nn.Module):
         per_channel_dim: the channel dimension for per-channel scales, or None.
         learn_scale: make ``scale`` a trainable parameter.
         surrogate: ``"masked"`` (default) or ``"identity"`` backward for the input.
+        narrow: the symmetric signed range :math:`[-2^{b-1} + 1, 2^{b-1} - 1]` (``bits=2``
+            gives the ternary levels -1, 0, 1); signed ranges only.
+        in_range: ``"rounded"`` (default, PyTorch's convention) or ``"unrounded"`` (the
+            LSQ paper's): what decides "in range" for the backward; see
+            :func:`hardgrad.quantize`.
+        grad_scale_elements: ``"per_scale"`` (default) or ``"tensor"``: what :math:`N`
+            counts in :math:`g = 1/\sqrt{N q_+}` (above).
+        init_scale: the initial scale, which marks the module initialised: a positive
+            number (per-tensor), or a 1-D tensor of positive scales (per-channel).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -123,6 +160,15 @@ class Quantize(nn.Module):
         >>> q.scale
         Parameter containing:
         tensor([0.4410, 1.5119], requires_grad=True)
+
+        The LSQ paper's conventions, a symmetric 3-bit range and a given scale:
+
+        >>> q = hg.nn.Quantize(bits=3, narrow=True, in_range="unrounded",
+        ...                    grad_scale_elements="tensor", init_scale=0.5)
+        >>> q.quant_min, q.quant_max, q.initialized
+        (-3, 3, True)
+        >>> q(torch.tensor([0.3, -2.0, 1.74]))
+        tensor([ 0.5000, -1.5000,  1.5000], grad_fn=<_FakeQuantizeBackward>)
     """
 
     scale: Tensor
@@ -135,23 +181,38 @@ class Quantize(nn.Module):
         learn_scale: bool = True,
         *,
         surrogate: SurrogateLike = "masked",
+        narrow: bool = False,
+        in_range: str = "rounded",
+        grad_scale_elements: str = "per_scale",
+        init_scale: float | Tensor | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(signed, bool):
-            raise TypeError(f"Expected `signed` to be a bool, but found {type(signed).__name__}")
-        if not isinstance(learn_scale, bool):
-            raise TypeError(
-                f"Expected `learn_scale` to be a bool, but found {type(learn_scale).__name__}"
+        for flag, name in ((signed, "signed"), (learn_scale, "learn_scale"), (narrow, "narrow")):
+            if not isinstance(flag, bool):
+                raise TypeError(f"Expected `{name}` to be a bool, but found {type(flag).__name__}")
+        if narrow and not signed:
+            raise ValueError(
+                "Expected `narrow` only with a signed range (it makes the range symmetric "
+                "around 0), but found narrow=True with signed=False"
             )
         self.bits = check_int(bits, "bits", low=2 if signed else 1, high=16)
         self.signed = signed
+        self.narrow = narrow
         self.per_channel_dim = (
             None if per_channel_dim is None else check_int(per_channel_dim, "per_channel_dim")
         )
         self.learn_scale = learn_scale
         self.surrogate = _surrogates.resolve(surrogate, family="clamp", op="Quantize")
+        _check_in_range(in_range)
+        self.in_range = in_range
+        if grad_scale_elements not in GRAD_SCALE_ELEMENTS:
+            raise ValueError(
+                "Expected `grad_scale_elements` to be one of "
+                f"{', '.join(map(repr, GRAD_SCALE_ELEMENTS))}, but found {grad_scale_elements!r}"
+            )
+        self.grad_scale_elements = grad_scale_elements
         if signed:
-            self.quant_min, self.quant_max = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+            self.quant_min, self.quant_max = -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
         else:
             self.quant_min, self.quant_max = 0, 2**bits - 1
         placeholder = torch.ones(() if per_channel_dim is None else (1,))
@@ -160,11 +221,57 @@ class Quantize(nn.Module):
         else:
             self.register_buffer("scale", placeholder)
         self._initialized = False
+        if init_scale is not None:
+            self._set_scale(self._check_init_scale(init_scale))
 
     @property
     def initialized(self) -> bool:
-        """Whether the scale has been set from data (or loaded from a state dict)."""
+        """Whether the scale has been set (from data, ``init_scale``, or a state dict)."""
         return self._initialized
+
+    def _check_init_scale(self, value: Any) -> Tensor:
+        per_channel = self.per_channel_dim is not None
+        if isinstance(value, Tensor):
+            check_floating(value, "init_scale")
+            if (value.dim() != 1) if per_channel else (value.numel() != 1):
+                expected = "a 1-D tensor, one scale per channel" if per_channel else "one value"
+                raise ValueError(
+                    f"Expected `init_scale` to be {expected}, but found shape {tuple(value.shape)}"
+                )
+            scale = value.detach().reshape(-1 if per_channel else ())
+        elif per_channel:
+            raise ValueError(
+                "Expected `init_scale` to be a 1-D tensor of one scale per channel for a "
+                f"per-channel Quantize, but found {type(value).__name__}; or call init_from()"
+            )
+        else:
+            scale = torch.tensor(check_positive(value, "init_scale"))
+        if not bool(((scale > 0) & torch.isfinite(scale)).all()):
+            raise ValueError(f"Expected `init_scale` > 0 and finite, but found {scale.tolist()}")
+        return scale
+
+    def _set_scale(self, scale: Tensor) -> None:
+        with torch.no_grad():
+            self.scale.data = scale.to(device=self.scale.device, dtype=self.scale.dtype)
+        self._initialized = True
+
+    def init_from(self, x: Tensor) -> Quantize:
+        r"""Set the scale from ``x`` as the first batch would, without a forward pass:
+        :math:`s = 2\,\overline{|x|}/\sqrt{q_+}` (per channel along ``per_channel_dim``),
+        averaged across ranks under ``torch.distributed``. Returns the module.
+
+        Example:
+            >>> import torch, hardgrad as hg
+            >>> layer = torch.nn.Linear(4, 2)
+            >>> q = hg.nn.Quantize(bits=4, per_channel_dim=0).init_from(layer.weight)
+            >>> q.initialized, q.scale.shape
+            (True, torch.Size([2]))
+        """
+        check_floating(x, "x")
+        if x.numel() == 0:
+            raise ValueError("Expected a non-empty `x` to set the scale from, but found 0 elements")
+        self._initialize(x)
+        return self
 
     def _channel_dim(self, x: Tensor) -> int:
         dim = self.per_channel_dim
@@ -186,6 +293,7 @@ class Quantize(nn.Module):
         low, high = self._step_bounds(dtype)
         return apply_function(_StepSize, self.scale, low, high)
 
+    @torch.compiler.disable  # type: ignore[untyped-decorator]  # data-dependent: outside graphs
     @torch.no_grad()
     def _initialize(self, x: Tensor) -> None:
         if self.per_channel_dim is None:
@@ -215,9 +323,7 @@ class Quantize(nn.Module):
                 "Expected a finite first batch `x` to initialise `scale`, but found inf or NaN"
             )
         _, high = self._step_bounds(x.dtype)
-        scale = scale.clamp(torch.finfo(self.scale.dtype).eps, high)
-        self.scale.data = scale.to(device=self.scale.device, dtype=self.scale.dtype)
-        self._initialized = True
+        self._set_scale(scale.clamp(torch.finfo(self.scale.dtype).eps, high))
 
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
@@ -230,7 +336,8 @@ class Quantize(nn.Module):
             shape = [1] * x.dim()
             shape[dim] = -1
             scale = scale.view(shape)
-            per_scale = max(per_scale // max(x.shape[dim], 1), 1)
+            if self.grad_scale_elements == "per_scale":
+                per_scale = max(per_scale // max(x.shape[dim], 1), 1)
         grad_scale = 1.0 / math.sqrt(max(per_scale, 1) * self.quant_max)
         return ops.quantize(
             x,
@@ -239,10 +346,20 @@ class Quantize(nn.Module):
             quant_max=self.quant_max,
             surrogate=self.surrogate,
             grad_scale=grad_scale,
+            in_range=self.in_range,
         )
 
+    def _config(self) -> dict[str, Any]:
+        """What defines the quantizer's grid: stored in checkpoints, checked on load."""
+        return {
+            "bits": self.bits,
+            "signed": self.signed,
+            "narrow": self.narrow,
+            "per_channel_dim": self.per_channel_dim,
+        }
+
     def get_extra_state(self) -> dict[str, Any]:
-        return {"initialized": self._initialized}
+        return {"initialized": self._initialized, **self._config()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self._initialized = bool(state.get("initialized", False))
@@ -257,6 +374,10 @@ class Quantize(nn.Module):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
+        problems = self._checkpoint_mismatches(state_dict, prefix)
+        if problems:
+            error_msgs.extend(problems)
+            return
         # A per-channel scale only gets its shape on the first batch: adopt the stored one.
         stored = state_dict.get(prefix + "scale")
         if isinstance(stored, Tensor) and stored.shape != self.scale.shape:
@@ -268,11 +389,52 @@ class Quantize(nn.Module):
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
 
+    def _checkpoint_mismatches(self, state_dict: dict[str, Any], prefix: str) -> list[str]:
+        """Messages for a checkpoint that would quantize on another grid in this module."""
+        problems = []
+        extra = state_dict.get(prefix + "_extra_state")
+        if isinstance(extra, dict):
+            for key, expected in self._config().items():
+                if key in extra and extra[key] != expected:
+                    problems.append(
+                        f"{prefix}_extra_state[{key!r}]: the checkpoint has {key}={extra[key]!r}, "
+                        f"this Quantize has {key}={expected!r}"
+                    )
+        stored = state_dict.get(prefix + "scale")
+        if isinstance(stored, Tensor):
+            key = f"{prefix}scale"
+            if self.per_channel_dim is None and stored.dim() != 0:
+                problems.append(
+                    f"{key}: the checkpoint has per-channel scales of shape "
+                    f"{tuple(stored.shape)}, this Quantize has one scale (per_channel_dim=None)"
+                )
+            elif self.per_channel_dim is not None and stored.dim() != 1:
+                problems.append(
+                    f"{key}: the checkpoint has a scale of shape {tuple(stored.shape)}, this "
+                    f"Quantize has one scale per channel (per_channel_dim={self.per_channel_dim})"
+                )
+            elif (
+                self.per_channel_dim is not None
+                and self._initialized
+                and stored.shape != self.scale.shape
+            ):
+                problems.append(
+                    f"{key}: the checkpoint has {stored.shape[0]} channel scales, this "
+                    f"Quantize has {self.scale.shape[0]}"
+                )
+        return problems
+
     def extra_repr(self) -> str:
         text = (
             f"bits={self.bits}, signed={self.signed}, per_channel_dim={self.per_channel_dim}, "
             f"learn_scale={self.learn_scale}"
         )
+        if self.narrow:
+            text += ", narrow=True"
+        if self.in_range != "rounded":
+            text += f", in_range={self.in_range!r}"
+        if self.grad_scale_elements != "per_scale":
+            text += f", grad_scale_elements={self.grad_scale_elements!r}"
         if self.surrogate.name != "masked":
             text += f", surrogate={self.surrogate!r}"
         return text

@@ -34,6 +34,9 @@ _compute_dtype = opmath_dtype
 
 Scale = Tensor | float
 
+#: What decides "in range" (see :func:`quantize`'s ``in_range``).
+IN_RANGE = ("rounded", "unrounded")
+
 
 def _reciprocal(scale: float, dtype: torch.dtype) -> float:
     """``1 / scale`` rounded to ``dtype`` as torch's kernels compute it (``1.0f / sc`` in
@@ -41,6 +44,11 @@ def _reciprocal(scale: float, dtype: torch.dtype) -> float:
     in double first is innocuous, double rounding of a quotient being exact)."""
     if dtype == torch.float64:
         return 1.0 / scale
+    if torch.compiler.is_compiling():
+        # A symbolic float (torch.compile(dynamic=True)) has no bytes to pack; the same
+        # roundings in tensor arithmetic are traceable.
+        as_float32 = torch.scalar_tensor(scale, dtype=torch.float32)
+        return torch.reciprocal(as_float32).item()
     as_float32 = struct.unpack("f", struct.pack("f", scale))[0]
     return float(struct.unpack("f", struct.pack("f", 1.0 / as_float32))[0])
 
@@ -64,11 +72,21 @@ def _fake_quantize(
     zero_point: Tensor | None,
     quant_min: int,
     quant_max: int,
+    unrounded: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """``(y, in_range)``; ``scale`` and ``inverse`` are both numbers or both tensors."""
+    """``(y, in_range)``; ``scale`` and ``inverse`` are both numbers or both tensors.
+
+    ``in_range`` is decided on the rounded level (PyTorch's fake-quantize convention) or,
+    with ``unrounded``, on :math:`x/s + z` before rounding (the LSQ paper's)."""
+    if unrounded:
+        scaled = x.to(_compute_dtype(x.dtype)) * inverse
+        if zero_point is not None:
+            scaled = scaled + zero_point
+        keep = (scaled >= quant_min) & (scaled <= quant_max)
     level = _grid(x, inverse, zero_point, _compute_dtype(x.dtype))
     clamped = torch.clamp(level, quant_min, quant_max)
-    keep = level == clamped
+    if not unrounded:
+        keep = level == clamped
     if zero_point is not None:
         clamped.sub_(zero_point)
     return clamped.mul_(scale).to(x.dtype), keep
@@ -98,16 +116,18 @@ class _FakeQuantize(torch.autograd.Function):
         quant_max: int,
         identity: bool,
         grad_scale: float,
+        unrounded: bool,
     ) -> tuple[Tensor, Tensor]:
-        return _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max)
+        return _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max, unrounded)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        x, scale, zero_point, quant_min, quant_max, identity, grad_scale = inputs
+        x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs
         keep = output[1]
         ctx.mark_non_differentiable(keep)
         ctx.identity = identity
         ctx.grad_scale = grad_scale
+        ctx.unrounded = unrounded
         ctx.bounds = (quant_min, quant_max)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             ctx.save_for_backward(keep, x, scale, zero_point)
@@ -130,14 +150,17 @@ class _FakeQuantize(torch.autograd.Function):
             offset = 0 if zero_point is None else zero_point
             # Outside the range y = (bound - z) * s; inside y = round(x/s) * s with the
             # rounding treated as the identity (LSQ): dy/ds = round(x/s) - x/s, dy/dz = 0.
+            # The side of the range is read from what decides "in range": the level, or
+            # x/s + z before rounding.
             if ctx.needs_input_grad[1]:
-                saturated = torch.where(level < quant_min, quant_min - offset, quant_max - offset)
+                side = x_over_s + offset if ctx.unrounded else level
+                saturated = torch.where(side < quant_min, quant_min - offset, quant_max - offset)
                 dy_ds = torch.where(keep, rounded - x_over_s, saturated)
                 grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
             if ctx.needs_input_grad[2]:
                 dy_dz = torch.where(keep, 0, -scale)
                 grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
-        return grad_x, grad_scale, grad_zero_point, None, None, None, None
+        return grad_x, grad_scale, grad_zero_point, None, None, None, None, None
 
 
 def _qparam(value: Any, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -158,6 +181,7 @@ def quantize(
     quant_max: int = 127,
     surrogate: str | _surrogates.Surrogate = "masked",
     grad_scale: float | None = None,
+    in_range: str = "rounded",
 ) -> Tensor:
     r"""Fake quantization (quantize then dequantize) with STE and LSQ gradients.
 
@@ -172,16 +196,31 @@ def quantize(
     bit-identical to :func:`torch.fake_quantize_per_tensor_affine` (float32, per-tensor
     scale, integral zero point): like it, :math:`x/s` is computed as :math:`x \cdot (1/s)`
     and ties round to even. float16/bfloat16 inputs are quantized in float32 and the result
-    cast back. The grid must fit ``x``'s dtype: where a level times the scale,
-    :math:`(q - z)\,s`, exceeds its largest finite value (e.g. float16 with
-    :math:`s \cdot 128 > 65504`), the output overflows to :math:`\pm\infty`, as torch's
-    kernel does in float32; :class:`hardgrad.nn.Quantize` bounds its step size so that this
-    cannot happen. NaN inputs give NaN (torch's kernel maps them to a bound).
+    cast back. The grid must fit ``x``'s dtype: a scale whose outermost level
+    :math:`(q_\pm - z)\,s` would be infinite in it (e.g. float16 with
+    :math:`128\,s > 65504`) raises ``ValueError`` (for tensor scales when validation is on,
+    :func:`hardgrad.set_validation`; with it off such a grid overflows to
+    :math:`\pm\infty`, as torch's kernel does in float32); :class:`hardgrad.nn.Quantize`
+    bounds its step size so that this cannot happen. NaN inputs give NaN (torch's kernel maps them to a bound).
 
-    Backward for ``x``: ``"masked"`` (default) passes the gradient where
-    :math:`q_- \le q \le q_+` and zeroes it where the value saturates (the STE of
-    Jacob et al. 2018, https://arxiv.org/abs/1712.05877); ``"identity"`` passes it
-    everywhere. A bool mask (1 byte per element) is all that is saved unless the
+    Backward for ``x``: ``"masked"`` (default) passes the gradient where the element is
+    *in range* and zeroes it where it saturates (the STE of Jacob et al. 2018,
+    https://arxiv.org/abs/1712.05877); ``"identity"`` passes it everywhere. What decides
+    "in range" is ``in_range``:
+
+    * ``"rounded"`` (default): the integer level, :math:`q_- \le q \le q_+` with
+      :math:`q = \operatorname{round}(x/s) + z`; PyTorch's convention
+      (:func:`torch.fake_quantize_per_tensor_affine` and its learnable variants);
+    * ``"unrounded"``: the scaled value before rounding, :math:`q_- \le x/s + z \le q_+`;
+      the convention of the LSQ paper (Esser et al. 2020, eq. 3, there with strict
+      inequalities, which differ only on the measure-zero boundary) and of the common LSQ
+      code ``round_pass(clamp(x / s, -Q_N, Q_P)) * s``.
+
+    The two differ only in the half-step band at each end of the range,
+    :math:`x/s + z \in [q_+, q_+ + \tfrac12)` and :math:`(q_- - \tfrac12, q_-)`, where the
+    level rounds back into range: ``"rounded"`` treats those elements as inside (input
+    gradient 1, scale gradient :math:`\operatorname{round}(x/s) - x/s`), ``"unrounded"`` as
+    saturated (input gradient 0, scale gradient :math:`q_\pm - z`). The forward is the same. A bool mask (1 byte per element) is all that is saved unless the
     quantization parameters need gradients (nothing for ``"identity"`` with a number
     scale). As for :func:`hardgrad.clamp`, the mask multiplies the incoming gradient: a
     non-finite incoming gradient at a saturated entry gives NaN rather than 0.
@@ -194,12 +233,14 @@ def quantize(
     .. math::
 
         \frac{\partial y}{\partial s} = \begin{cases}
-            \operatorname{round}(x/s) - x/s & q_- \le q \le q_+ \\
-            q_- - z & q < q_- \\ q_+ - z & q > q_+ \end{cases}, \qquad
+            \operatorname{round}(x/s) - x/s & \text{in range} \\
+            q_- - z & \text{below} \\ q_+ - z & \text{above} \end{cases}, \qquad
         \frac{\partial y}{\partial z} = \begin{cases}
-            0 & q_- \le q \le q_+ \\ -s & \text{otherwise} \end{cases}
+            0 & \text{in range} \\ -s & \text{otherwise} \end{cases}
 
-    summed over the elements that share a scale. A ``scale`` (or ``zero_point``) whose shape
+    ("below"/"above" read from the same quantity as "in range": :math:`q`, or
+    :math:`x/s + z` with ``in_range="unrounded"``), summed over the elements that share a
+    scale. A ``scale`` (or ``zero_point``) whose shape
     broadcasts to ``x`` gives per-channel quantization, e.g. shape ``(C, 1)`` for rows.
     ``zero_point`` is used as given: an integral value is standard affine quantization; a
     non-integral (learned) one moves the clamping range while the grid stays :math:`s\mathbb Z`.
@@ -217,6 +258,8 @@ def quantize(
         grad_scale: factor for the scale and zero-point gradients; ``None`` means 1.
             LSQ recommends :math:`1/\sqrt{N q_+}` for :math:`N` elements per scale
             (:class:`hardgrad.nn.Quantize` uses that).
+        in_range: ``"rounded"`` (default) or ``"unrounded"``: what decides whether an
+            element is in range for the backward (above). The forward is the same.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -230,6 +273,7 @@ def quantize(
         (tensor([0., 1., 1., 0.]), tensor(-0.6000))
     """
     check_floating(x, "x")
+    unrounded = _check_in_range(in_range)
     chosen = _surrogates.resolve(surrogate, family="clamp", op="quantize")
     if chosen.kind not in ("identity", "indicator"):
         raise ValueError(
@@ -262,6 +306,8 @@ def quantize(
         else _qparam(zero_point, "zero_point", x, dtype)
     )
     identity = chosen.kind == "identity"
+    if not isinstance(scale, Tensor) and not isinstance(zero_point, Tensor):
+        _check_grid_fits(float(scale), float(zero_point), quant_min, quant_max, x.dtype, dtype)
     if not isinstance(scale, Tensor) and zero_point_t is None:
         # Number scale, zero point 0: nothing to learn, so Python numbers all the way (no
         # small tensors to make per call) and only the mask (or, for the identity, nothing)
@@ -283,23 +329,81 @@ def quantize(
             zero_point=None,
             quant_min=quant_min,
             quant_max=quant_max,
+            unrounded=unrounded,
         )
         y, _ = apply_function(MaskedGradient, x, hard_and_mask)
         return y
     scale_t = _qparam(scale, "scale", x, dtype)
-    if isinstance(scale, Tensor) and value_checks_apply(scale):
-        # Checked as used, in the compute dtype: a float64 scale below float32's normal
-        # range would become 0 there (or a subnormal whose reciprocal is inf).
-        info = torch.finfo(dtype)
-        used = scale_t.detach()
-        bad = ~((used >= info.tiny) & (used <= info.max))
-        if bool(bad.any()):
-            raise ValueError(
-                f"Expected every `scale` > 0, finite and a normal number of {dtype} (the dtype "
-                f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found "
-                f"{scale.detach()[bad].flatten()[:4].tolist()}"
-            )
+    if value_checks_apply(scale_t):
+        _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
     y, _ = apply_function(
-        _FakeQuantize, x, scale_t, zero_point_t, quant_min, quant_max, identity, factor
+        _FakeQuantize, x, scale_t, zero_point_t, quant_min, quant_max, identity, factor, unrounded
     )
     return y
+
+
+def _grid_message(reach: float, dtype: torch.dtype) -> str:
+    return (
+        f"Expected the quantization grid to fit `x`'s dtype {dtype} (largest finite value "
+        f"{torch.finfo(dtype).max:.6g}), but its outermost level (bound - zero_point) * scale "
+        f"is {reach:.6g}, which would come out as inf: use a smaller `scale` or a narrower "
+        "`quant_min`/`quant_max`"
+    )
+
+
+def _check_tensor_grid(
+    scale: Tensor,
+    zero_point: Tensor | None,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    compute: torch.dtype,
+) -> None:
+    """The scale (as used, in ``compute``) is a normal number there, and every level of
+    the grid is finite in ``dtype``; one device sync (skipped with validation off)."""
+    info = torch.finfo(compute)
+    used = scale.detach()
+    bad = ~((used >= info.tiny) & (used <= info.max))
+    if bool(bad.any()):
+        raise ValueError(
+            f"Expected every `scale` > 0, finite and a normal number of {compute} (the dtype "
+            f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found "
+            f"{used[bad].flatten()[:4].tolist()}"
+        )
+    if zero_point is None:
+        reach = max(abs(quant_min), abs(quant_max)) * used
+    else:
+        offset = zero_point.detach()
+        reach = torch.maximum((quant_min - offset).abs(), (quant_max - offset).abs()) * used
+    if bool(torch.isinf(reach.to(dtype)).any()):
+        raise ValueError(_grid_message(float(reach.max()), dtype))
+
+
+def _check_grid_fits(
+    scale: float,
+    zero_point: float,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    compute: torch.dtype,
+) -> None:
+    """``ValueError`` if a level of the grid, computed in ``compute`` and cast to ``dtype``,
+    would be infinite (float16 with scale 1000: 127 * 1000 > 65504) rather than a value."""
+    reach = max(abs(quant_min - zero_point), abs(quant_max - zero_point)) * scale
+    if reach < 65504.0:  # float16's largest value, the smallest of any dtype: no lookup
+        return
+    level = torch.tensor(
+        max(abs(quant_min - zero_point), abs(quant_max - zero_point)), dtype=compute
+    )
+    if bool(torch.isinf((level * scale).to(dtype))):
+        raise ValueError(_grid_message(reach, dtype))
+
+
+def _check_in_range(in_range: Any) -> bool:
+    """``in_range`` checked; True for ``"unrounded"``."""
+    if in_range not in IN_RANGE:
+        raise ValueError(
+            f"Expected `in_range` to be one of {', '.join(map(repr, IN_RANGE))}, "
+            f"but found {in_range!r}"
+        )
+    return bool(in_range == "unrounded")

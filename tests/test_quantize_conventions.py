@@ -1,0 +1,316 @@
+"""LSQ conventions (issue 13, part 4) and the quantization grid's fit (issue 14, item 6).
+
+* ``in_range``: PyTorch's fake-quantize decides "in range" on the rounded level; the LSQ
+  paper (Esser et al. 2020, eq. 3) and the LSQ code people copy decide on ``x/s`` before
+  rounding. Both are offered; each is checked against an independent float64 formula and
+  against the code it stands for (torch's learnable kernel; a hand-written detach-trick LSQ
+  quantizer as public repositories write it).
+* ``hg.nn.Quantize``: the gradient-scale count ``N``, ``init_scale``, ``init_from``,
+  ``narrow``, and checkpoints that refuse to load into another grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hardgrad as hg
+
+Q_MIN, Q_MAX = -8, 7
+
+
+def _band_inputs(scale: float, zero_point: float = 0.0) -> torch.Tensor:
+    """x/s + z on both sides of every edge of the half-step bands, and inside the range."""
+    u = [
+        *(Q_MAX + d for d in (-0.6, -0.5, -0.25, 0.0, 0.1, 0.25, 0.49, 0.5, 0.51, 1.0, 3.0)),
+        *(Q_MIN - d for d in (-0.6, -0.5, -0.25, 0.0, 0.1, 0.25, 0.49, 0.5, 0.51, 1.0, 3.0)),
+        *(k + 0.3 for k in range(Q_MIN, Q_MAX)),
+        0.0,
+    ]
+    return (torch.tensor(u, dtype=torch.float64) - zero_point) * scale
+
+
+def _reference_gradients(x, s, z, g, unrounded: bool):
+    """(dx, ds, dz) in float64 from the formulas, independent of hardgrad's code."""
+    x, g = x.double(), g.double()
+    v = x / s
+    level = torch.round(v) + z
+    decide = v + z if unrounded else level
+    inside = (decide >= Q_MIN) & (decide <= Q_MAX)
+    below = decide < Q_MIN
+    dx = torch.where(inside, g, 0.0)
+    dy_ds = torch.where(inside, torch.round(v) - v, torch.where(below, Q_MIN - z, Q_MAX - z))
+    dy_dz = torch.where(inside, 0.0, -s)
+    return dx, (g * dy_ds).sum(), (g * dy_dz).sum()
+
+
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+@pytest.mark.parametrize("zero_point", [0.0, 2.0, -1.5])
+def test_each_convention_against_its_float64_formula(in_range, zero_point, dtype):
+    scale = 0.25
+    x = _band_inputs(scale, zero_point).to(dtype)
+    g = torch.linspace(-1.0, 2.0, x.numel()).to(dtype)
+    xr = x.clone().requires_grad_()
+    s = torch.tensor(scale, dtype=torch.float32, requires_grad=True)
+    z = torch.tensor(zero_point, dtype=torch.float32, requires_grad=True)
+    y = hg.quantize(xr, s, z, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range)
+    y.backward(g)
+    dx, ds, dz = _reference_gradients(x, scale, zero_point, g, in_range == "unrounded")
+    assert torch.equal(xr.grad.double(), dx)
+    tol = {torch.float64: 1e-6, torch.float32: 1e-5}.get(dtype, 2e-2)
+    assert math.isclose(float(s.grad), float(ds), rel_tol=tol, abs_tol=tol)
+    assert math.isclose(float(z.grad), float(dz), rel_tol=tol, abs_tol=tol)
+    # The number-scale path (mask only) decides the same way.
+    if zero_point == 0.0:
+        xn = x.clone().requires_grad_()
+        hg.quantize(xn, scale, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range).backward(g)
+        assert torch.equal(xn.grad.double(), dx)
+
+
+def test_conventions_differ_exactly_in_the_half_step_bands():
+    scale = 0.25
+    x = _band_inputs(scale)
+    rounded, unrounded = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1 = hg.quantize(rounded, scale, quant_min=Q_MIN, quant_max=Q_MAX)
+    y2 = hg.quantize(unrounded, scale, quant_min=Q_MIN, quant_max=Q_MAX, in_range="unrounded")
+    assert torch.equal(y1, y2)  # the forward is the same
+    y1.sum().backward()
+    y2.sum().backward()
+    v = x / scale
+    band = ((v > Q_MAX) & (v < Q_MAX + 0.5)) | ((v < Q_MIN) & (v >= Q_MIN - 0.5))
+    differ = rounded.grad != unrounded.grad
+    assert torch.equal(differ, band)
+
+
+def test_rounded_is_torch_learnable_fake_quantize():
+    """PyTorch's learnable kernel (the "rounded" convention, and hardgrad's default)."""
+    scale = 0.25
+    x = _band_inputs(scale).float()
+    g = torch.linspace(-1.0, 2.0, x.numel())
+    ours_x = x.clone().requires_grad_()
+    ours_s = torch.tensor([scale], requires_grad=True)
+    hg.quantize(ours_x, ours_s, quant_min=Q_MIN, quant_max=Q_MAX, in_range="rounded").backward(g)
+    torch_x = x.clone().requires_grad_()
+    torch_s = torch.tensor([scale], requires_grad=True)
+    zero = torch.tensor([0.0])
+    torch._fake_quantize_learnable_per_tensor_affine(
+        torch_x, torch_s, zero, Q_MIN, Q_MAX, 1.0
+    ).backward(g)
+    assert torch.equal(ours_x.grad, torch_x.grad)
+    torch.testing.assert_close(ours_s.grad, torch_s.grad, rtol=1e-5, atol=1e-6)
+
+
+def _detach_trick_lsq(x: torch.Tensor, s: torch.Tensor, g_scale: float) -> torch.Tensor:
+    """The LSQ quantizer as public code writes it (grad_scale and round_pass by detach)."""
+    s_scaled = (s - s * g_scale).detach() + s * g_scale
+    v = torch.clamp(x / s_scaled, Q_MIN, Q_MAX)
+    rounded = (v.round() - v).detach() + v
+    return rounded * s_scaled
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_unrounded_is_the_common_lsq_code(per_channel):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 40, generator=gen, dtype=torch.float64) * 1.2
+    x[0, :5] = torch.tensor([1.76, 1.80, -2.05, -2.12, 1.875])  # in the bands (s = 0.25)
+    shape = (6, 1) if per_channel else ()
+    s0 = torch.full(shape, 0.25, dtype=torch.float64)
+    s0 = (
+        s0 * (1 + 0.1 * torch.arange(6.0, dtype=torch.float64).reshape(6, 1)) if per_channel else s0
+    )
+    g_scale = 1 / math.sqrt(x.numel() * Q_MAX)
+    upstream = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+
+    ours_x, ours_s = x.clone().requires_grad_(), s0.clone().requires_grad_()
+    y = hg.quantize(
+        ours_x, ours_s, quant_min=Q_MIN, quant_max=Q_MAX, grad_scale=g_scale, in_range="unrounded"
+    )
+    (y * upstream).sum().backward()
+    ref_x, ref_s = x.clone().requires_grad_(), s0.clone().requires_grad_()
+    y_ref = _detach_trick_lsq(ref_x, ref_s, g_scale)
+    (y_ref * upstream).sum().backward()
+    torch.testing.assert_close(y.detach(), y_ref.detach(), rtol=0, atol=1e-12)
+    # The detach trick's input gradient is s * (1/s) * g, ours g: equal up to rounding, and
+    # zero at the same places (the band elements included).
+    assert torch.equal(ours_x.grad == 0, ref_x.grad == 0)
+    torch.testing.assert_close(ours_x.grad, ref_x.grad, rtol=1e-14, atol=0)
+    torch.testing.assert_close(ours_s.grad, ref_s.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_in_range_is_checked():
+    with pytest.raises(ValueError, match="`in_range`"):
+        hg.quantize(torch.zeros(3), 0.5, in_range="paper")
+    with pytest.raises(ValueError, match="`in_range`"):
+        hg.nn.Quantize(in_range="before")
+
+
+# --------------------------------------------------------------------------------------
+# The grid must fit the input's dtype (issue 14, item 6): no silent inf.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [1000.0, 513.0])
+def test_a_grid_beyond_float16_is_an_error_not_inf(scale):
+    x = torch.tensor([65504.0, -65504.0, 1.0], dtype=torch.float16)
+    with pytest.raises(ValueError, match="`x`'s dtype"):
+        hg.quantize(x, scale)
+    with pytest.raises(ValueError, match="`x`'s dtype"):
+        hg.quantize(x, torch.tensor(scale))
+    with pytest.raises(ValueError, match="`x`'s dtype"):
+        hg.quantize(x, 1.0, torch.tensor(-70000.0), quant_min=-128, quant_max=127)
+
+
+def test_the_largest_grid_that_fits_float16_is_accepted_and_finite():
+    x = torch.tensor([65504.0, -65504.0, 1.0], dtype=torch.float16)
+    y = hg.quantize(x, 511.0)  # 128 * 511 = 65408 <= 65504
+    assert bool(torch.isfinite(y).all())
+    assert torch.equal(
+        y, torch.fake_quantize_per_tensor_affine(x.float(), 511.0, 0, -128, 127).half()
+    )
+
+
+# --------------------------------------------------------------------------------------
+# nn.Quantize: N in the gradient scale, init_scale, init_from, narrow.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("elements", ["per_scale", "tensor"])
+def test_grad_scale_elements_sets_n(elements):
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(1))
+    q = hg.nn.Quantize(bits=4, per_channel_dim=0, grad_scale_elements=elements)
+    q.init_from(x)
+    q(x).sum().backward()
+    n = 16 if elements == "per_scale" else 48
+    s = q.scale.detach().clone().reshape(3, 1).requires_grad_()
+    hg.quantize(x, s, quant_min=-8, quant_max=7, grad_scale=1 / math.sqrt(n * 7)).sum().backward()
+    torch.testing.assert_close(q.scale.grad, s.grad.reshape(3))
+
+
+def test_init_scale_and_init_from_skip_the_first_batch_init():
+    x = torch.randn(32, generator=torch.Generator().manual_seed(2))
+    q = hg.nn.Quantize(bits=4, init_scale=0.3)
+    assert q.initialized and float(q.scale.detach()) == pytest.approx(0.3)
+    q(x)
+    assert float(q.scale.detach()) == pytest.approx(0.3)  # the batch did not overwrite it
+    weights = torch.randn(5, 8, generator=torch.Generator().manual_seed(3))
+    per_channel = hg.nn.Quantize(bits=4, per_channel_dim=0).init_from(weights)
+    expected = 2 * weights.abs().mean(1) / math.sqrt(7)
+    torch.testing.assert_close(per_channel.scale.detach(), expected)
+    given = hg.nn.Quantize(bits=4, per_channel_dim=0, init_scale=torch.full((5,), 0.1))
+    assert torch.equal(given(weights), hg.quantize(weights, 0.1, quant_min=-8, quant_max=7))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"init_scale": 0.0}, "init_scale"),
+        ({"init_scale": -1.0}, "init_scale"),
+        ({"init_scale": math.inf}, "init_scale"),
+        ({"init_scale": torch.tensor([0.1, 0.2])}, "init_scale"),
+        ({"init_scale": 0.5, "per_channel_dim": 0}, "init_scale"),
+        ({"init_scale": torch.tensor([[0.1]]), "per_channel_dim": 0}, "init_scale"),
+        ({"init_scale": torch.tensor([0.1, -0.2]), "per_channel_dim": 0}, "init_scale"),
+        ({"narrow": True, "signed": False}, "narrow"),
+        ({"grad_scale_elements": "channel"}, "grad_scale_elements"),
+        ({"narrow": 1}, "narrow"),
+    ],
+)
+def test_quantize_module_bad_settings(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=f"`{match}`"):
+        hg.nn.Quantize(**kwargs)
+
+
+def test_init_from_rejects_an_empty_tensor():
+    with pytest.raises(ValueError, match="`x`"):
+        hg.nn.Quantize().init_from(torch.zeros(0))
+
+
+@pytest.mark.parametrize(("bits", "low", "high"), [(2, -1, 1), (4, -7, 7), (8, -127, 127)])
+def test_narrow_range_is_symmetric(bits, low, high):
+    q = hg.nn.Quantize(bits=bits, narrow=True, init_scale=1.0)
+    assert (q.quant_min, q.quant_max) == (low, high)
+    x = torch.tensor([-1000.0, 1000.0, 0.4])
+    assert q(x).tolist() == [float(low), float(high), 0.0]
+    assert "narrow=True" in repr(q)
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints: what defines the grid is stored and checked (issue 13.4 / 14.4).
+# --------------------------------------------------------------------------------------
+
+
+def _trained(**kwargs) -> hg.nn.Quantize:
+    q = hg.nn.Quantize(**kwargs)
+    q(torch.randn(4, 6, generator=torch.Generator().manual_seed(4)))
+    return q
+
+
+@pytest.mark.parametrize(
+    ("saved", "loading", "words"),
+    [
+        ({"per_channel_dim": 1}, {}, ["scale", "(6,)", "per_channel_dim=None"]),
+        ({}, {"per_channel_dim": 1}, ["scale", "()", "per_channel_dim=1"]),
+        ({"bits": 4}, {"bits": 8}, ["'bits'", "bits=4", "bits=8"]),
+        ({"signed": False}, {"signed": True}, ["'signed'", "signed=False", "signed=True"]),
+        ({"narrow": True}, {}, ["'narrow'", "narrow=True", "narrow=False"]),
+    ],
+)
+def test_a_checkpoint_for_another_grid_is_refused(saved, loading, words):
+    state = _trained(**saved).state_dict()
+    fresh = hg.nn.Quantize(**loading)
+    with pytest.raises(RuntimeError) as info:
+        fresh.load_state_dict(state)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    assert not fresh.initialized
+
+
+def test_a_checkpoint_with_another_channel_count_is_refused():
+    state = _trained(per_channel_dim=1).state_dict()
+    fresh = hg.nn.Quantize(per_channel_dim=1, init_scale=torch.ones(3))
+    with pytest.raises(RuntimeError, match="6 channel scales, this Quantize has 3"):
+        fresh.load_state_dict(state)
+
+
+def test_the_prefix_appears_in_the_error_inside_a_model():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), _trained(bits=4))
+    other = torch.nn.Sequential(torch.nn.Linear(6, 6), hg.nn.Quantize(bits=8))
+    with pytest.raises(RuntimeError, match=r"1\._extra_state\['bits'\]"):
+        other.load_state_dict(model.state_dict())
+
+
+def test_an_old_checkpoint_without_settings_still_loads_where_it_fits():
+    q = _trained(per_channel_dim=1)
+    state = q.state_dict()
+    state["_extra_state"] = {"initialized": True}  # what earlier versions saved
+    fresh = hg.nn.Quantize(per_channel_dim=1)
+    fresh.load_state_dict(state)
+    assert fresh.initialized and torch.equal(fresh.scale, q.scale)
+    per_tensor = hg.nn.Quantize()
+    with pytest.raises(RuntimeError, match="per_channel_dim=None"):
+        per_tensor.load_state_dict(state)
+
+
+def test_matching_checkpoints_round_trip_with_the_new_settings():
+    q = _trained(bits=3, narrow=True, in_range="unrounded", grad_scale_elements="tensor")
+    fresh = hg.nn.Quantize(bits=3, narrow=True)
+    fresh.load_state_dict(q.state_dict())  # in_range and N are training choices: not checked
+    assert torch.equal(fresh.scale, q.scale) and fresh.initialized
+
+
+# --------------------------------------------------------------------------------------
+# torch.compile of an uninitialised module: the first-batch init runs outside the graph.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.compile
+def test_compiling_an_uninitialised_module_initialises_it_outside_the_graph():
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(5))
+    eager = hg.nn.Quantize(bits=4, per_channel_dim=1)
+    compiled_module = hg.nn.Quantize(bits=4, per_channel_dim=1)
+    compiled = torch.compile(compiled_module, backend="aot_eager")
+    assert torch.equal(compiled(x), eager(x))
+    assert compiled_module.initialized and torch.equal(compiled_module.scale, eager.scale)
+    torch._dynamo.reset()
