@@ -6,10 +6,18 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._validation import check_dim, check_floating, check_int, value_checks_apply
+from ._validation import check_dim, check_int, value_checks_apply
 from .estimators._problem import Objective, Problem, check_values
 from .estimators._score import ScoreFunctionEstimator
-from .stochastic import EstimatorLike, _check_generator, bernoulli, categorical
+from .stochastic import (
+    EstimatorLike,
+    _check_generator,
+    _one_of,
+    _resolve,
+    _sample_bernoulli,
+    _sample_categorical,
+    check_probs,
+)
 
 __all__ = ["expectation"]
 
@@ -18,8 +26,9 @@ DISTRIBUTIONS = ("bernoulli", "categorical")
 
 def expectation(
     f: Objective,
-    logits: Tensor,
+    logits: Tensor | None = None,
     *,
+    probs: Tensor | None = None,
     dist: str = "bernoulli",
     estimator: EstimatorLike = "disarm",
     num_samples: int | None = None,
@@ -27,7 +36,7 @@ def expectation(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     r"""The Monte-Carlo estimate of :math:`E_{b \sim p_\theta}[f(b)]` whose gradient with
-    respect to the logits is the chosen estimator.
+    respect to the logits (or the probabilities, given ``probs``) is the chosen estimator.
 
     Forward: :math:`\tfrac1n \sum_{s=1}^n f(b_s)` over the estimator's samples (for
     ``"exact"``, :math:`\sum_b p_\theta(b) f(b)` over every configuration). Backward: with
@@ -64,10 +73,27 @@ def expectation(
     update ``torch.func`` refuses); ``"rebar"`` and ``"relax"`` are eager-only (they call
     ``torch.autograd.grad``).
 
+    Probabilities. ``probs=`` instead of ``logits``: Bernoulli probabilities in [0, 1], or
+    category probabilities along ``dim`` summing to 1, checked as in
+    :func:`hardgrad.bernoulli` / :func:`hardgrad.categorical`. ``f`` sees samples of
+    ``probs``' shape, and the result's gradient goes to ``probs``: every estimator's
+    logits-space estimate times :math:`d\ell/dp = 1/(p(1-p))` (or :math:`1/q`, through the
+    normalisation :math:`q/\sum_j q_j`) inside (0, 1), computed in probability space so
+    that it stays finite at exactly 0 and 1 (score :math:`b/p - (1-b)/(1-p)` with
+    ``torch.where``). There it is the per-draw limit of the estimator's formula, which for
+    the sampling estimators is not an unbiased gradient any more: a probability of 0 never
+    draws the value whose ``f`` the derivative needs. ``"exact"`` stays exact there;
+    ``"arm"`` gives 0 for a coordinate at 0 or 1 (its limit is infinite); ``"rebar"`` and
+    ``"relax"`` raise ``ValueError`` there when a gradient is wanted (their relaxation
+    :math:`\log p - \log(1-p) + \text{noise}` is infinite). The table per estimator is in the
+    docs of :mod:`hardgrad.stochastic`.
+
     Args:
         f: the objective, ``(num_samples, *logits.shape) -> (num_samples, *prefix)``.
         logits: floating tensor of log-odds (Bernoulli) or unnormalised log-probabilities
-            along ``dim`` (categorical); ``±inf`` allowed, NaN rejected.
+            along ``dim`` (categorical); ``±inf`` allowed, NaN rejected. Positional; pass
+            exactly one of ``logits`` and ``probs``.
+        probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         dist: ``"bernoulli"`` or ``"categorical"``.
         estimator: a registry name or an instance from :mod:`hardgrad.estimators`.
         num_samples: evaluations of ``f`` (draws for REBAR/RELAX); ``None`` for the
@@ -79,7 +105,9 @@ def expectation(
         TypeError: ``f`` is not callable or returns no floating tensor; bad argument types.
         ValueError: unknown ``dist`` or estimator, an estimator not defined for ``dist``,
             ``num_samples`` too small or not a multiple the estimator needs, ``f``'s value
-            of the wrong shape, NaN logits, or ``"exact"`` over its ``max_configurations``.
+            of the wrong shape, NaN logits, or ``"exact"`` over its ``max_configurations``;
+            both or neither of ``logits`` and ``probs``; with validation on, ``probs``
+            out of range, NaN or not normalised.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -92,36 +120,54 @@ def expectation(
         >>> loss.sum().backward()
         >>> logits.grad   # exact here: p(1-p)(1-2t) at p = 1/2 (DisARM has 0 variance at 0)
         tensor([ 0.2500, -0.2500,  0.2500])
+        >>> probs = torch.tensor([0.0, 0.5, 1.0], requires_grad=True)
+        >>> hg.expectation(lambda b: (b - target).square(), probs=probs,
+        ...                estimator="exact").sum().backward()
+        >>> probs.grad   # d/dp of (1-p) t^2 + p (1-t)^2: 1 - 2t
+        tensor([ 1., -1.,  1.])
     """
     if not callable(f):
         raise TypeError(f"Expected `f` to be callable, but found {type(f).__name__}")
-    check_floating(logits, "logits")
+    tensor, is_probs = _one_of(logits, probs)
+    name = "probs" if is_probs else "logits"
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"Expected `dist` to be one of {DISTRIBUTIONS}, but found {dist!r}")
     _check_generator(generator)
     chosen = _estimators.resolve(estimator)
     is_categorical = dist == "categorical"
-    d = check_dim(logits, dim) if is_categorical else 0
-    if is_categorical and logits.shape[d] == 0:
+    d = check_dim(tensor, dim) if is_categorical else 0
+    if is_categorical and tensor.shape[d] == 0:
         raise ValueError(
-            f"Expected `logits` to have at least one category along dim={dim}, "
-            f"but found shape {tuple(logits.shape)}"
+            f"Expected `{name}` to have at least one category along dim={dim}, "
+            f"but found shape {tuple(tensor.shape)}"
         )
-    if value_checks_apply(logits) and bool(torch.isnan(logits).any()):
+    if is_probs:
+        check_probs(
+            tensor,
+            categorical=is_categorical,
+            dim=d,
+            estimator=chosen if chosen.pathwise else None,
+        )
+    elif value_checks_apply(tensor) and bool(torch.isnan(tensor).any()):
         raise ValueError("Expected `logits` without NaN, but found NaN")
     n = _check_num_samples(chosen, dist, num_samples)
 
     if chosen.pathwise:
-        return _pathwise_expectation(chosen, f, logits, is_categorical, d, n, generator)
+        _resolve(chosen, tensor, "hg.expectation")  # its tau against the dtype, as the samplers do
+        return _pathwise_expectation(chosen, f, tensor, is_probs, is_categorical, d, n, generator)
     assert isinstance(chosen, ScoreFunctionEstimator)
-    problem = Problem(
-        f=f,
-        logits=logits.movedim(d, -1) if is_categorical else logits,
-        categorical=is_categorical,
-        dim=d,
-        num_samples=n,
-        generator=generator,
-    )
+    canonical = tensor.movedim(d, -1) if is_categorical else tensor
+    if is_probs:
+        problem = Problem.from_probs(f, canonical, is_categorical, d, n, generator)
+    else:
+        problem = Problem(
+            f=f,
+            logits=canonical,
+            categorical=is_categorical,
+            dim=d,
+            num_samples=n,
+            generator=generator,
+        )
     return chosen.expectation(problem)
 
 
@@ -160,20 +206,21 @@ def _check_num_samples(chosen: _estimators.Estimator, dist: str, num_samples: in
 def _pathwise_expectation(
     chosen: _estimators.Estimator,
     f: Objective,
-    logits: Tensor,
+    tensor: Tensor,
+    is_probs: bool,
     is_categorical: bool,
     dim: int,
     n: int,
     generator: torch.Generator | None,
 ) -> Tensor:
     """``mean_s f(b_s)`` over ``n`` samples of the pathwise unit, differentiated through."""
-    expanded = logits.expand(n, *logits.shape)
+    expanded = tensor.expand(n, *tensor.shape)
     if is_categorical:
-        samples = categorical(expanded, dim=dim + 1, estimator=chosen, generator=generator)
-        batch = logits.shape[:dim] + logits.shape[dim + 1 :]
+        samples = _sample_categorical(expanded, is_probs, dim + 1, chosen, generator)
+        batch = tensor.shape[:dim] + tensor.shape[dim + 1 :]
     else:
-        samples = bernoulli(expanded, estimator=chosen, generator=generator)
-        batch = logits.shape
+        samples = _sample_bernoulli(expanded, is_probs, chosen, generator)
+        batch = tensor.shape
     values = f(samples)
     check_values(values, n, batch)
     return values.mean(0)

@@ -4,6 +4,8 @@ r"""Stochastic binary and categorical units with pathwise gradient estimators.
 (Gumbel-max: :math:`\arg\max_i \ell_i + g_i`, :math:`g_i` standard Gumbel) whose backward is
 the chosen estimator; ``hg.bernoulli`` is, by definition, the categorical unit on the
 two-class logits :math:`[0, \ell]` (class 1 = "on"), so the two share every estimator.
+Both take probabilities instead of logits as ``probs=`` (exactly 0 and 1 included; see
+:func:`bernoulli`).
 
 Randomness comes only from ``generator`` (the global RNG when it is ``None``); noise is
 drawn on the logits' device, in their dtype, or in float32 for float16/bfloat16 logits so
@@ -18,7 +20,13 @@ from torch import Tensor
 
 from . import estimators as _estimators
 from ._kernels import random_tensor
-from ._validation import check_dim, check_floating, check_normal, check_real
+from ._validation import (
+    check_dim,
+    check_floating,
+    check_normal,
+    check_real,
+    value_checks_apply,
+)
 from .estimators._base import noise_dtype, uniform
 
 __all__ = ["bernoulli", "categorical", "noisy_rectifier", "stochastic_times_smooth"]
@@ -44,19 +52,126 @@ def _resolve(estimator: EstimatorLike, logits: Tensor, where: str) -> _estimator
     return chosen
 
 
-def categorical(
-    logits: Tensor,
+def _one_of(logits: Tensor | None, probs: Tensor | None) -> tuple[Tensor, bool]:
+    """The tensor given (exactly one of ``logits`` and ``probs``) and whether it is ``probs``."""
+    if probs is None:
+        if logits is None:
+            raise ValueError(
+                "Expected exactly one of `logits` and `probs`, but found neither (both None)"
+            )
+        return check_floating(logits, "logits"), False
+    if logits is not None:
+        raise ValueError("Expected exactly one of `logits` and `probs`, but found both")
+    return check_floating(probs, "probs"), True
+
+
+def _index(mask: Tensor) -> tuple[int, ...]:
+    """The index of the first set entry of ``mask`` (for error messages)."""
+    return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+def _simplex_tolerance(dtype: torch.dtype) -> float:
+    """How far from 1 a sum of category probabilities may be: ``torch.distributions``'
+    simplex check's 1e-6, or 8 ulps of 1 for the half types (whose own rounding of each
+    probability is up to half an ulp)."""
+    return max(1e-6, 8 * torch.finfo(dtype).eps)
+
+
+def check_probs(
+    probs: Tensor,
     *,
+    categorical: bool,
+    dim: int,
+    estimator: _estimators.Estimator | None,
+) -> None:
+    """The value checks of ``probs`` (only while :func:`hardgrad._validation.value_checks_apply`):
+    no NaN, in [0, 1] (Bernoulli) or non-negative and summing to 1 along ``dim`` within
+    :func:`_simplex_tolerance` (categorical); and, when ``probs`` will be differentiated
+    with an ``estimator`` whose gradient is infinite at probabilities of exactly 0 (or 1),
+    none there. One device synchronisation for all of them."""
+    if not value_checks_apply(probs) or probs.numel() == 0:
+        return
+    q = probs.detach()
+    bad = ~((q >= 0) & (q <= 1)) if not categorical else ~(q >= 0)  # NaN included
+    edge = (q == 0) | (q == 1) if not categorical else q == 0
+    wants_gradient = probs.requires_grad and torch.is_grad_enabled()
+    checks = [bad.any(), edge.any()]
+    tolerance = _simplex_tolerance(probs.dtype)
+    if categorical:
+        deviation = (q.to(torch.float64).sum(dim) - 1).abs()
+        checks.append(deviation.max() > tolerance)
+    flags = torch.stack(checks).tolist()
+    if flags[0]:
+        index = _index(bad)
+        value = float(q[index])
+        if value != value:
+            raise ValueError(f"Expected `probs` without NaN, but found NaN at index {index}")
+        expected = f"`probs` >= 0 along dim={dim}" if categorical else "`probs` in [0, 1]"
+        raise ValueError(f"Expected {expected}, but found probs={value!r} at index {index}")
+    if categorical and flags[2]:
+        index = _index(deviation > tolerance)
+        total = float(q.to(torch.float64).sum(dim)[index])
+        raise ValueError(
+            f"Expected `probs` to sum to 1 along dim={dim} (within {tolerance:.3g}), but "
+            f"found a sum of {total!r} at batch index {index}"
+        )
+    infinite = estimator is not None and estimator.infinite_at_probs_endpoints()
+    if flags[1] and wants_gradient and infinite:
+        index = _index(edge)
+        where = "> 0" if categorical else "strictly between 0 and 1"
+        ends = "0" if categorical else "0 and 1"
+        eps = torch.finfo(probs.dtype).eps
+        raise ValueError(
+            f"Expected `probs` {where} for {estimator!r}, whose gradient with respect to "
+            f"probs is infinite at probabilities of exactly {ends} when tau > 1 (it grows "
+            f"like p**(1/tau - 1)), but found probs={float(q[index])!r} at index {index}; "
+            "use tau <= 1, pass logits, or keep probs away from the end points (e.g. "
+            f"probs.clamp({eps:.3g}, 1 - {eps:.3g})). With hg.set_validation(False) the "
+            f"backward uses {eps:.3g} (the dtype's eps) in place of an exact 0."
+        )
+
+
+def _sample_categorical(
+    tensor: Tensor,
+    is_probs: bool,
+    dim: int,
+    chosen: _estimators.Estimator,
+    generator: torch.Generator | None,
+) -> Tensor:
+    noise = chosen.noise(tensor, generator)
+    if is_probs:
+        return chosen.categorical_probs(tensor, noise, dim)
+    return chosen.categorical(tensor, noise, dim)
+
+
+def _sample_bernoulli(
+    tensor: Tensor, is_probs: bool, chosen: _estimators.Estimator, generator: torch.Generator | None
+) -> Tensor:
+    two_class_like = tensor.unsqueeze(-1).expand(*tensor.shape, 2)  # a view: shape for the noise
+    noise = chosen.noise(two_class_like, generator)
+    if is_probs:
+        return chosen.bernoulli_probs(tensor, noise)
+    return chosen.bernoulli(tensor, noise)
+
+
+def categorical(
+    logits: Tensor | None = None,
+    *,
+    probs: Tensor | None = None,
     dim: int = -1,
     estimator: EstimatorLike = "st",
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    r"""A one-hot sample of :math:`\operatorname{Cat}(\operatorname{softmax}(\ell))` along ``dim``.
+    r"""A one-hot sample of :math:`\operatorname{Cat}(\operatorname{softmax}(\ell))` along
+    ``dim``, or of :math:`\operatorname{Cat}(q)` given probabilities ``probs``.
 
     Forward: :math:`D = \operatorname{onehot}(\arg\max_i \ell_i + g_i)`, an exact draw
     (for ``"gumbel_softmax"``, the relaxed :math:`\operatorname{softmax}((\ell + g)/\tau)`
-    instead). Backward: the estimator's, see :mod:`hardgrad.estimators` for each one's
-    formula and bias.
+    instead); with ``probs``, :math:`\ell = \log q`, so a category of probability 0 is
+    never drawn (and gets exactly 0 in the relaxation). Backward: the estimator's, see
+    :mod:`hardgrad.estimators` for each one's formula and bias; with ``probs``, see
+    "Probabilities instead of logits" in :func:`bernoulli` and the table in the docs of
+    :mod:`hardgrad.stochastic`.
 
     Args:
         logits: floating tensor; unnormalised log-probabilities along ``dim``. ``-inf``
@@ -64,7 +179,14 @@ def categorical(
             would cost a pass and a device synchronisation per call): it counts as the
             largest logit, as in :func:`torch.argmax`, so a NaN category is chosen, and the
             backward reads it as 0, so the gradient stays finite. :func:`hardgrad.expectation`
-            rejects NaN logits.
+            rejects NaN logits. Positional; pass exactly one of ``logits`` and ``probs``.
+        probs: floating tensor of category probabilities along ``dim`` (keyword only),
+            instead of ``logits``: non-negative and summing to 1 within
+            :math:`\max(10^{-6}, 8\epsilon)` (:math:`\epsilon` the dtype's machine epsilon;
+            ``torch.distributions``' simplex check), checked while validation is on
+            (:func:`hardgrad.set_validation`), ``ValueError`` otherwise. Unchecked (validation
+            off, ``torch.compile``, ``torch.func``) unnormalised values act as
+            ``probs / probs.sum(dim)``. Zeros are allowed: see :func:`bernoulli`.
         dim: the category dimension.
         estimator: a pathwise estimator, by name or instance (e.g.
             ``hg.estimators.GumbelRao(tau=0.5, k=10)``). Its ``tau`` must be a normal
@@ -74,46 +196,92 @@ def categorical(
             gradient. Under ``torch.compile(fullgraph=True)`` pass ``None`` (torch 2.13's
             dynamo cannot trace a ``torch.Generator`` argument; the global RNG is used).
 
+    Raises:
+        TypeError: ``logits`` or ``probs`` not a floating tensor; bad argument types.
+        ValueError: both or neither of ``logits`` and ``probs``; bad ``dim``, ``tau`` or
+            estimator; while validation is on, ``probs`` negative, NaN or not summing to 1,
+            or exactly 0 with a temperature above 1 while ``probs`` requires grad.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> logits = torch.tensor([[1.0, 2.0, 0.5]], requires_grad=True)
         >>> y = hg.categorical(logits, estimator="st_gumbel", generator=torch.Generator().manual_seed(0))
         >>> y
         tensor([[0., 1., 0.]], grad_fn=<_GumbelStraightThroughSampleBackward>)
+        >>> probs = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]], requires_grad=True)
+        >>> hg.categorical(probs=probs, generator=torch.Generator().manual_seed(0))
+        tensor([[0., 1., 0.],
+                [0., 0., 1.]], grad_fn=<_ProbsSampleBackward>)
     """
-    check_floating(logits, "logits")
-    d = check_dim(logits, dim)
-    if logits.shape[d] == 0:
+    tensor, is_probs = _one_of(logits, probs)
+    name = "probs" if is_probs else "logits"
+    d = check_dim(tensor, dim)
+    if tensor.shape[d] == 0:
         raise ValueError(
-            f"Expected `logits` to have at least one category along dim={dim}, "
-            f"but found shape {tuple(logits.shape)}"
+            f"Expected `{name}` to have at least one category along dim={dim}, "
+            f"but found shape {tuple(tensor.shape)}"
         )
     _check_generator(generator)
-    chosen = _resolve(estimator, logits, "hg.categorical")
-    return chosen.categorical(logits, chosen.noise(logits, generator), d)
+    chosen = _resolve(estimator, tensor, "hg.categorical")
+    if is_probs:
+        check_probs(tensor, categorical=True, dim=d, estimator=chosen)
+    return _sample_categorical(tensor, is_probs, d, chosen, generator)
 
 
 def bernoulli(
-    logits: Tensor,
+    logits: Tensor | None = None,
     *,
+    probs: Tensor | None = None,
     estimator: EstimatorLike = "st",
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    r"""A sample :math:`b \in \{0, 1\}` of :math:`\operatorname{Bern}(\sigma(\ell))`, elementwise.
+    r"""A sample :math:`b \in \{0, 1\}` of :math:`\operatorname{Bern}(\sigma(\ell))`, or of
+    :math:`\operatorname{Bern}(p)` given probabilities ``probs``, elementwise.
 
     Defined as the categorical unit on the two-class logits :math:`[0, \ell]` with class 1
-    = "on", so every estimator means the same thing for both: e.g. ``"st"`` backpropagates
+    = "on" (with ``probs``, on the probabilities :math:`(1 - p, p)`), so every estimator
+    means the same thing for both: e.g. ``"st"`` backpropagates
     :math:`\sigma'(\ell/\tau)/\tau` (the sigmoid-adjusted straight-through of Bengio et
     al. 2013, https://arxiv.org/abs/1308.3432) and ``"gumbel_softmax"`` returns the binary
     Concrete relaxation :math:`\sigma((\ell + L)/\tau)` with logistic noise :math:`L`.
 
+    Probabilities instead of logits. ``probs=p`` draws :math:`b = 1` exactly when
+    :math:`\log p - \log(1-p) + g_1 > g_0` (the logits path's test on the same noise), so
+    :math:`P(b = 1) = p` and ``p = 0`` / ``p = 1`` give 0 / 1 every time. The gradient goes
+    to ``probs``: inside (0, 1) it is the logits estimator times
+    :math:`d\ell/dp = 1/(p(1-p))` (for ``"st"``:
+    :math:`\partial b/\partial p = \sigma'(\ell/\tau)/(\tau p(1-p))`, exactly 1 at
+    :math:`\tau = 1`), computed in a form that stays finite at 0 and 1, where it equals the
+    limit of that formula. The limit is 0 for a temperature :math:`\tau < 1`, finite for
+    :math:`\tau = 1`, and infinite for :math:`\tau > 1`: then, while validation is on and
+    ``probs`` requires grad, exact 0s and 1s raise ``ValueError``; unchecked, the backward
+    uses the dtype's machine epsilon in place of an exact 0 (and :math:`1 - \epsilon` for
+    1), a large finite value. ``"st_identity"`` copies the incoming gradient onto ``probs``
+    unchanged (:math:`\partial b/\partial p = 1`, not the logits' :math:`1/(p(1-p))`). The
+    table of every estimator's value at 0 and 1 is in the docs of
+    :mod:`hardgrad.stochastic`.
+
     Args:
         logits: floating tensor of log-odds (any shape, 0-dim included). ``-inf`` gives 0
             and ``+inf`` gives 1; NaN gives 1 (the class-1 logit of ``[0, NaN]`` counts as
-            the larger, as in :func:`categorical`), with a finite gradient.
+            the larger, as in :func:`categorical`), with a finite gradient. Positional;
+            pass exactly one of ``logits`` and ``probs``.
+        probs: floating tensor of probabilities in [0, 1] (keyword only), instead of
+            ``logits``; NaN or values outside [0, 1] raise ``ValueError`` while validation
+            is on (:func:`hardgrad.set_validation`; unchecked, they give unspecified
+            samples).
         estimator: a pathwise estimator, by name or instance; its ``tau`` is checked as
             in :func:`categorical`.
-        generator: the source of randomness.
+        generator: the source of randomness. ``hg.bernoulli(probs=torch.sigmoid(l))`` uses
+            the same noise as ``hg.bernoulli(l)`` and draws the same sample except where
+            the noise falls within the rounding error of :math:`\log p - \log(1-p)` from
+            the threshold.
+
+    Raises:
+        TypeError: ``logits`` or ``probs`` not a floating tensor; bad argument types.
+        ValueError: both or neither of ``logits`` and ``probs``; bad ``tau`` or estimator;
+            while validation is on, ``probs`` outside [0, 1] or NaN, or exactly 0 or 1
+            with a temperature above 1 while ``probs`` requires grad.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -121,12 +289,17 @@ def bernoulli(
         >>> b = hg.bernoulli(logits, generator=torch.Generator().manual_seed(0))
         >>> b.tolist()
         [0.0, 1.0, 1.0]
+        >>> probs = torch.tensor([0.0, 0.3, 1.0], requires_grad=True)   # e.g. a hard sigmoid
+        >>> b = hg.bernoulli(probs=probs, generator=torch.Generator().manual_seed(0))
+        >>> b.sum().backward(); b.detach(), probs.grad   # "st" at tau = 1: db/dp = 1
+        (tensor([0., 0., 1.]), tensor([1., 1., 1.]))
     """
-    check_floating(logits, "logits")
+    tensor, is_probs = _one_of(logits, probs)
     _check_generator(generator)
-    chosen = _resolve(estimator, logits, "hg.bernoulli")
-    two_class_like = logits.unsqueeze(-1).expand(*logits.shape, 2)  # a view: shape for the noise
-    return chosen.bernoulli(logits, chosen.noise(two_class_like, generator))
+    chosen = _resolve(estimator, tensor, "hg.bernoulli")
+    if is_probs:
+        check_probs(tensor, categorical=False, dim=-1, estimator=chosen)
+    return _sample_bernoulli(tensor, is_probs, chosen, generator)
 
 
 def stochastic_times_smooth(logits: Tensor, *, generator: torch.Generator | None = None) -> Tensor:

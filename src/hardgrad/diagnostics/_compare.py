@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..estimators import Estimator, resolve
 from ..estimators._problem import Objective
+from ..stochastic import _one_of
 from ._gradients import exact_gradient, gradient_samples
 
 
@@ -143,8 +144,9 @@ def summarize(draws: Tensor, exact: Tensor | None, name: str, seconds: float) ->
 
 def compare(
     f: Objective,
-    logits: Tensor,
+    logits: Tensor | None = None,
     *,
+    probs: Tensor | None = None,
     estimators: Sequence[str | Estimator],
     dist: str = "bernoulli",
     num_draws: int = 1000,
@@ -156,11 +158,13 @@ def compare(
 
     Each estimator gives ``num_draws`` independent estimates of
     :math:`\nabla_\theta \sum_j E[f_j(b)]` (:func:`gradient_samples`, default
-    ``num_samples``), compared with :func:`exact_gradient` when ``exact`` is true.
+    ``num_samples``), compared with :func:`exact_gradient` when ``exact`` is true. With
+    ``probs``, the gradients with respect to the probabilities.
 
     Args:
         f: the objective, ``(n, *logits.shape) -> (n, *prefix)``.
         logits: floating tensor.
+        probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         estimators: names or instances from :mod:`hardgrad.estimators`.
         dist: ``"bernoulli"`` or ``"categorical"``.
         num_draws: estimates per estimator, >= 2.
@@ -191,15 +195,26 @@ def compare(
             chosen.append(resolve(entry))
         except (TypeError, ValueError) as error:  # name the argument the caller passed
             raise type(error)(f"Bad entry {entry!r} in `estimators`: {error}") from None
-    reference = exact_gradient(f, logits, dist=dist, dim=dim) if exact else None
+    tensor, is_probs = _one_of(logits, probs)
+    logits, probs = (None, tensor) if is_probs else (tensor, None)
+    reference = exact_gradient(f, logits, probs=probs, dist=dist, dim=dim) if exact else None
     rows = []
     for spec, est in zip(estimators, chosen, strict=True):
         start = time.perf_counter()
         draws = gradient_samples(
-            f, logits, estimator=est, dist=dist, num_draws=num_draws, dim=dim, generator=generator
+            f,
+            logits,
+            probs=probs,
+            estimator=est,
+            dist=dist,
+            num_draws=num_draws,
+            dim=dim,
+            generator=generator,
         )
         seconds = time.perf_counter() - start
         name = spec if isinstance(spec, str) else repr(est)
         rows.append(summarize(draws, reference, name, seconds))
-    settings = {"dist": dist, "num_draws": num_draws, "dim": dim, "shape": list(logits.shape)}
+    settings = {"dist": dist, "num_draws": num_draws, "dim": dim, "shape": list(tensor.shape)}
+    if is_probs:
+        settings["parameter"] = "probs"
     return Comparison(rows, reference, settings)

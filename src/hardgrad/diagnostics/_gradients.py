@@ -13,50 +13,69 @@ import torch
 from torch import Tensor
 
 from .._expectation import expectation
-from .._validation import check_dim, check_floating, check_int
+from .._validation import check_dim, check_int
 from ..estimators import Estimator
 from ..estimators._problem import Objective
+from ..stochastic import _one_of
 
 #: Elements (draws x logits) handed to one hg.expectation call at most.
 CHUNK_ELEMENTS = 2**21
 
 
 def exact_gradient(
-    f: Objective, logits: Tensor, *, dist: str = "bernoulli", dim: int = -1
+    f: Objective,
+    logits: Tensor | None = None,
+    *,
+    probs: Tensor | None = None,
+    dist: str = "bernoulli",
+    dim: int = -1,
 ) -> Tensor:
     r"""The exact :math:`\nabla_\theta \sum_j E_{b \sim p_\theta}[f_j(b)]`, by enumeration.
 
     Every configuration of the variables of one prefix entry is enumerated
     (``estimator="exact"`` of :func:`hardgrad.expectation`), so this is exact up to rounding;
-    it raises ``ValueError`` past 2**16 configurations per prefix entry.
+    it raises ``ValueError`` past 2**16 configurations per prefix entry. With ``probs``,
+    the gradient with respect to the probabilities (exact at 0 and 1 too).
 
     Args:
         f: the objective, ``(n, *logits.shape) -> (n, *prefix)``.
         logits: floating tensor (log-odds, or log-probabilities along ``dim``).
+        probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         dist: ``"bernoulli"`` or ``"categorical"``.
         dim: the category dimension (categorical only).
 
     Returns:
-        A tensor shaped like ``logits``.
+        A tensor shaped like ``logits`` (or ``probs``).
 
     Example:
         >>> import torch, hardgrad as hg
         >>> phi = torch.zeros(2)
         >>> hg.diagnostics.exact_gradient(lambda b: (b - 0.45).square().sum(-1), phi)
         tensor([0.0250, 0.0250])
+        >>> hg.diagnostics.exact_gradient(lambda b: (b - 0.45).square().sum(-1),
+        ...                               probs=torch.tensor([0.0, 1.0]))   # 1 - 2t
+        tensor([0.1000, 0.1000])
     """
-    check_floating(logits, "logits")
-    leaf = logits.detach().requires_grad_()
+    tensor, is_probs = _one_of(logits, probs)
+    leaf = tensor.detach().requires_grad_()
     with torch.enable_grad():
-        value = expectation(f, leaf, dist=dist, estimator="exact", dim=dim)
+        value = expectation(
+            f,
+            None if is_probs else leaf,
+            probs=leaf if is_probs else None,
+            dist=dist,
+            estimator="exact",
+            dim=dim,
+        )
         (gradient,) = torch.autograd.grad(value.sum(), leaf, allow_unused=True)
     return torch.zeros_like(leaf) if gradient is None else gradient
 
 
 def gradient_samples(
     f: Objective,
-    logits: Tensor,
+    logits: Tensor | None = None,
     *,
+    probs: Tensor | None = None,
     estimator: str | Estimator,
     dist: str = "bernoulli",
     num_draws: int = 1000,
@@ -66,8 +85,9 @@ def gradient_samples(
 ) -> Tensor:
     r"""``num_draws`` independent estimates of :math:`\nabla_\theta \sum_j E[f_j(b)]`.
 
-    Each draw is the logits-gradient of one :func:`hardgrad.expectation` call with
-    ``estimator`` and ``num_samples``; the draws are computed in vectorised chunks.
+    Each draw is the logits-gradient (with ``probs``, the probabilities-gradient) of one
+    :func:`hardgrad.expectation` call with ``estimator`` and ``num_samples``; the draws are
+    computed in vectorised chunks.
     Stateful estimators are used as they are (an ``"ema"`` baseline is updated once per
     chunk); their parameters' ``.grad`` is left untouched.
 
@@ -75,6 +95,7 @@ def gradient_samples(
         f: the objective, ``(n, *logits.shape) -> (n, *prefix)``; it must treat samples
             independently.
         logits: floating tensor.
+        probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         estimator: a name or instance from :mod:`hardgrad.estimators`.
         dist: ``"bernoulli"`` or ``"categorical"``.
         num_draws: how many estimates, >= 1.
@@ -93,20 +114,23 @@ def gradient_samples(
         >>> draws.squeeze(1)   # DisARM has zero variance on the one-bit toy at phi = 0
         tensor([0.0250, 0.0250, 0.0250, 0.0250, 0.0250])
     """
-    check_floating(logits, "logits")
+    tensor, is_probs = _one_of(logits, probs)
     draws = check_int(num_draws, "num_draws", low=1)
-    d = check_dim(logits, dim) if dist == "categorical" else 0
-    per_chunk = max(1, CHUNK_ELEMENTS // max(1, logits.numel()))
+    d = check_dim(tensor, dim) if dist == "categorical" else 0
+    per_chunk = max(1, CHUNK_ELEMENTS // max(1, tensor.numel()))
     chunks = []
     for start in range(0, draws, per_chunk):
         count = min(per_chunk, draws - start)
-        chunks.append(_draw_chunk(f, logits, count, estimator, dist, num_samples, d, generator))
+        chunks.append(
+            _draw_chunk(f, tensor, is_probs, count, estimator, dist, num_samples, d, generator)
+        )
     return torch.cat(chunks)
 
 
 def _draw_chunk(
     f: Objective,
     logits: Tensor,
+    is_probs: bool,
     count: int,
     estimator: str | Estimator,
     dist: str,
@@ -114,7 +138,8 @@ def _draw_chunk(
     dim: int,
     generator: torch.Generator | None,
 ) -> Tensor:
-    """``count`` draws in one call: the logits stacked ``count`` times along a new dim 0."""
+    """``count`` draws in one call: the logits (or probabilities) stacked ``count`` times
+    along a new dim 0."""
     shape = tuple(logits.shape)
 
     def replicated(samples: Tensor) -> Tensor:
@@ -128,7 +153,8 @@ def _draw_chunk(
     with torch.enable_grad():
         value = expectation(
             replicated,
-            stacked,
+            None if is_probs else stacked,
+            probs=stacked if is_probs else None,
             dist=dist,
             estimator=estimator,
             num_samples=num_samples,

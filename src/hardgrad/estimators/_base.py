@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._kernels import opmath_dtype, random_tensor
+from .._kernels import opmath, opmath_dtype, random_tensor
 from .._registry import Registry
+from ._probs import sample_from_probs
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
 ESTIMATORS: Registry[type[Estimator]] = Registry("estimator")
@@ -38,6 +39,9 @@ class Estimator(abc.ABC):
     unbiased: ClassVar[bool] = False
     discrete: ClassVar[bool] = True
     evaluations_per_sample: ClassVar[int] = 1
+    #: The probability-space backward a built-in pathwise estimator uses with ``probs=``
+    #: (see :mod:`hardgrad.estimators._probs`); ``None``: the chain rule through the logits.
+    probs_kind: ClassVar[str | None] = None
 
     def noise(self, logits: Tensor, generator: torch.Generator | None) -> Any:
         """Draw the randomness one sample needs, shaped like ``logits`` (more for some).
@@ -64,6 +68,51 @@ class Estimator(abc.ABC):
 
         A deterministic map of its inputs: the same noise gives the same value and gradient.
         """
+
+    def bernoulli_probs(self, probs: Tensor, noise: Any) -> Tensor:
+        r"""The {0, 1} sample for probabilities ``probs`` in [0, 1] (``noise`` as for
+        :meth:`bernoulli`), differentiable in ``probs``.
+
+        Built-in estimators use their probability-space backward, finite at 0 and 1 (see
+        :func:`hardgrad.bernoulli`). An estimator without one gets :meth:`bernoulli` at the
+        log-odds :math:`\log p - \log(1 - p)` with autograd's chain rule: exact inside
+        (0, 1); at exactly 0 or 1 its backward sees infinite log-odds and is multiplied by
+        :math:`1/(p(1-p)) = \infty`. Override this method to give the limit there.
+        """
+        if self.probs_kind is not None:
+            return sample_from_probs(
+                self.probs_kind, probs, noise, -1, binary=True, **self._probs_settings()
+            )
+        q = opmath(probs)
+        log_odds = (torch.log(q) - torch.log1p(-q)).to(probs.dtype)
+        return self.bernoulli(log_odds, noise)
+
+    def categorical_probs(self, probs: Tensor, noise: Any, dim: int) -> Tensor:
+        r"""The one-hot sample for category probabilities ``probs`` along ``dim`` (``noise``
+        as for :meth:`categorical`), differentiable in ``probs``; the chain rule through
+        :math:`\log q` for estimators without a probability-space backward, as in
+        :meth:`bernoulli_probs`."""
+        if self.probs_kind is not None:
+            return sample_from_probs(
+                self.probs_kind, probs, noise, dim, binary=False, **self._probs_settings()
+            )
+        return self.categorical(torch.log(opmath(probs)).to(probs.dtype), noise, dim)
+
+    def _probs_settings(self) -> dict[str, float]:
+        """``tau`` and ``gap`` for the probability-space backward."""
+        settings = {}
+        for key in ("tau", "gap"):
+            value = getattr(self, key, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                settings[key] = float(value)
+        return settings
+
+    def infinite_at_probs_endpoints(self) -> bool:
+        """Whether the probability-space backward's limit at probabilities of exactly 0
+        (and 1 for Bernoulli units) is infinite: a temperature above 1 (see
+        :func:`hardgrad.bernoulli`)."""
+        tau = self._probs_settings().get("tau", 1.0)
+        return self.probs_kind not in (None, "identity") and tau > 1
 
 
 def noise_dtype(logits: Tensor) -> torch.dtype:

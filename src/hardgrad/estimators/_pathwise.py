@@ -5,6 +5,11 @@ Notation, along the category dimension: logits :math:`\ell`, probabilities
 :math:`D = \operatorname{onehot}(\arg\max_i \ell_i + g_i)` (Gumbel-max), the incoming
 gradient :math:`\bar y = \partial L / \partial y`, and for a probability vector :math:`p`
 the softmax Jacobian product :math:`J(p)^\top \bar y = p \odot (\bar y - \langle \bar y, p\rangle)`.
+
+With ``probs=`` (:func:`hardgrad.bernoulli`, :func:`hardgrad.categorical`) each estimator's
+backward, defined in logit space, is taken to the probabilities by the chain rule through
+:math:`\ell = \log q`, computed so that it stays finite at probabilities of 0 and 1, where
+it is the formula's limit (:mod:`hardgrad.estimators._probs`); each class says its limit.
 """
 
 from __future__ import annotations
@@ -339,6 +344,13 @@ class ST(_Tempered):
     :math:`2(p - t)p(1-p)` instead of :math:`p(1-p)(1 - 2t)`. Bengio et al. (2013),
     https://arxiv.org/abs/1308.3432.
 
+    With ``probs``: :math:`\partial b/\partial p = \sigma'(\ell/\tau)/(\tau p(1-p))`, which
+    is 1 at :math:`\tau = 1` (the straight-through of published stochastic-neuron code);
+    at :math:`p \in \{0, 1\}` its limit, 0 for :math:`\tau < 1`, 1 for :math:`\tau = 1`,
+    infinite for :math:`\tau > 1` (``ValueError`` while validated, see
+    :func:`hardgrad.bernoulli`). Categorical at :math:`\tau = 1`:
+    :math:`\bar y_i - \langle \bar y, q\rangle`.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> logits = torch.tensor([0.0, 1.0, -1.0], requires_grad=True)
@@ -349,6 +361,7 @@ class ST(_Tempered):
     """
 
     name: ClassVar[str] = "st"
+    probs_kind: ClassVar[str | None] = "st"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_StraightThroughSample, logits, noise, dim, self.tau)
@@ -366,6 +379,9 @@ class STIdentity(Estimator):
     :math:`\partial L / \partial \ell = \bar y`. Biased. Bengio et al. (2013),
     https://arxiv.org/abs/1308.3432 (the plain, "identity" straight-through).
 
+    With ``probs`` the gradient is copied onto the probabilities unchanged,
+    :math:`\partial L/\partial p = \bar y` (not the logits' chain rule), at 0 and 1 too.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> logits = torch.zeros(4, requires_grad=True)
@@ -375,6 +391,7 @@ class STIdentity(Estimator):
     """
 
     name: ClassVar[str] = "st_identity"
+    probs_kind: ClassVar[str | None] = "identity"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_IdentitySample, logits, noise, dim)
@@ -395,6 +412,9 @@ class GumbelSoftmax(_Tempered):
     variance. Jang et al. (2017), https://arxiv.org/abs/1611.01144; Maddison et al. (2017),
     https://arxiv.org/abs/1611.00712.
 
+    With ``probs``: :math:`y = \operatorname{softmax}((\log q + g)/\tau)`, exactly 0 for a
+    class of probability 0; its gradient with respect to :math:`q` is ST-Gumbel's (below).
+
     Example:
         >>> import torch, hardgrad as hg
         >>> y = hg.categorical(torch.zeros(3), estimator=hg.estimators.GumbelSoftmax(tau=0.5),
@@ -404,6 +424,7 @@ class GumbelSoftmax(_Tempered):
     """
 
     name: ClassVar[str] = "gumbel_softmax"
+    probs_kind: ClassVar[str | None] = "gumbel_softmax"
     discrete: ClassVar[bool] = False
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
@@ -422,6 +443,12 @@ class STGumbel(_Tempered):
     except that it is exactly one-hot. Biased. Jang et al. (2017),
     https://arxiv.org/abs/1611.01144.
 
+    With ``probs``: the chain rule through :math:`\ell = \log q`; at a probability of 0
+    the limit is 0 for :math:`\tau < 1`, infinite for :math:`\tau > 1`, and for
+    :math:`\tau = 1` finite on every draw (Bernoulli: :math:`e^{g_1 - g_0}` at
+    :math:`p = 0`, :math:`e^{g_0 - g_1}` at 1), with a mean over draws that grows like
+    :math:`\log(1/p)` as :math:`p \to 0`.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> hg.categorical(torch.tensor([[2.0, 0.0, 0.0]]), estimator="st_gumbel",
@@ -430,6 +457,7 @@ class STGumbel(_Tempered):
     """
 
     name: ClassVar[str] = "st_gumbel"
+    probs_kind: ClassVar[str | None] = "st_gumbel"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         sample, _ = apply_function(_GumbelStraightThroughSample, logits, noise, dim, self.tau)
@@ -452,6 +480,12 @@ class GumbelRao(_Tempered):
     lowering its variance. Biased (as ST-Gumbel is). Paulus, Maddison & Krause (2021),
     https://arxiv.org/abs/2010.04838.
 
+    With ``probs``: the chain rule through :math:`\ell = \log q`, with the conditional
+    draws written as perturbations of :math:`\log q` that stay finite at :math:`q_i = 0`;
+    the limit there is 0 for :math:`\tau < 1`, infinite for :math:`\tau > 1`, and for
+    :math:`\tau = 1` (Bernoulli at :math:`p = 0`) the mean over the draws of
+    :math:`E_0/E_1`, their exponentials (:math:`E_1/E_0` at :math:`p = 1`).
+
     Args:
         tau: temperature of the relaxation, > 0.
         k: conditional draws per sample, >= 1.
@@ -464,6 +498,7 @@ class GumbelRao(_Tempered):
 
     k: int = 10
     name: ClassVar[str] = "gumbel_rao"
+    probs_kind: ClassVar[str | None] = "gumbel_rao"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -500,6 +535,12 @@ class ReinMax(_Tempered):
     Biased in general, with second-order accuracy; the authors recommend
     :math:`\tau \ge 1`. Liu et al. (2023), https://arxiv.org/abs/2304.08612.
 
+    With ``probs``: Bernoulli :math:`\partial b/\partial p = 2r(1-r)/(p(1-p)) - \tfrac12`,
+    :math:`r = \tfrac12(\sigma(\ell/\tau) + b)`; at :math:`p \in \{0, 1\}` its limit,
+    :math:`-\tfrac12` for :math:`\tau < 1`, :math:`\tfrac12` for :math:`\tau = 1`, infinite
+    for :math:`\tau > 1` (``ValueError`` while validated: pass logits or keep probs inside
+    (0, 1) with the recommended :math:`\tau > 1`).
+
     Example:
         >>> import torch, hardgrad as hg
         >>> hg.estimators.ReinMax(tau=1.5)
@@ -507,6 +548,7 @@ class ReinMax(_Tempered):
     """
 
     name: ClassVar[str] = "reinmax"
+    probs_kind: ClassVar[str | None] = "reinmax"
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_ReinMaxSample, logits, noise, dim, self.tau)
@@ -536,6 +578,11 @@ class GST(_Tempered):
     Discrete Deep Generative Models via Gapped Straight-Through Estimator",
     https://arxiv.org/abs/2206.07235.
 
+    With ``probs``: the chain rule through :math:`\ell = \log q`, the gapped logits
+    written as a perturbation of :math:`\log q` (0 for a class of probability 0); at a
+    probability of 0 the limit is 0 for :math:`\tau < 1`, infinite for :math:`\tau > 1`,
+    and (Bernoulli) 1 for :math:`\tau = 1`.
+
     Args:
         tau: temperature of the backward's softmax, > 0.
         gap: the margin :math:`\kappa` kept between the sampled logit and the others, > 0.
@@ -548,6 +595,7 @@ class GST(_Tempered):
 
     gap: float = 1.0
     name: ClassVar[str] = "gst"
+    probs_kind: ClassVar[str | None] = "gst"
 
     def __post_init__(self) -> None:
         super().__post_init__()

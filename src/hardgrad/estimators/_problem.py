@@ -6,6 +6,13 @@ Layout. Estimators work in a *canonical* layout: for a Bernoulli problem the log
 :meth:`Problem.evaluate` moves it back before calling ``f``, so ``f`` always sees samples in
 the caller's layout, ``(num_samples, *logits.shape)``.
 
+Probabilities. When the caller passed ``probs`` instead of logits, :attr:`Problem.probs` holds
+them (canonical layout) and receives the gradient (:attr:`Problem.parameter`);
+:attr:`Problem.logits` then holds the logits derived from them (:math:`\log p - \log(1-p)`
+or :math:`\log q`, :math:`\pm\infty` at 0 and 1), detached. The built-in estimators work in
+probability space there (:meth:`Problem.parameter_score`), so their gradients stay finite at
+probabilities of 0 and 1.
+
 Independence. ``f`` returns ``(num_samples, *prefix)`` where ``prefix`` is a prefix of the
 batch shape: entry ``j`` of the result is taken to depend only on the variables at batch
 position ``j`` (a per-example loss), so the score of the variables at ``j`` is weighted by
@@ -58,13 +65,16 @@ class Problem:
     Attributes:
         f: the objective; takes ``(n, *logits.shape)`` samples.
         logits: the logits in canonical layout (category axis last); they carry the graph
-            back to the caller's logits.
+            back to the caller's logits. With ``probs``, the logits derived from them,
+            detached.
         categorical: ``True`` for a categorical problem, ``False`` for Bernoulli.
         dim: the caller's (non-negative) category dimension; unused for Bernoulli.
         num_samples: how many samples the estimator draws (its own meaning per estimator).
         generator: the source of randomness.
         prefix_ndim: the number of batch dimensions ``f``'s values keep, known after the
             first :meth:`evaluate`.
+        probs: the caller's probabilities in canonical layout (``None`` when they passed
+            logits); they carry the graph back to the caller's ``probs``.
     """
 
     f: Objective
@@ -74,6 +84,27 @@ class Problem:
     num_samples: int
     generator: torch.Generator | None
     prefix_ndim: int | None = field(default=None)
+    probs: Tensor | None = field(default=None)
+
+    @classmethod
+    def from_probs(
+        cls,
+        f: Objective,
+        probs: Tensor,
+        categorical: bool,
+        dim: int,
+        num_samples: int,
+        generator: torch.Generator | None,
+    ) -> Problem:
+        """A problem over probabilities (canonical layout): :attr:`logits` derived from them."""
+        q = opmath(probs.detach())
+        logits = torch.log(q) if categorical else torch.log(q) - torch.log1p(-q)
+        return cls(f, logits.to(probs.dtype), categorical, dim, num_samples, generator, probs=probs)
+
+    @property
+    def parameter(self) -> Tensor:
+        """The tensor the gradient goes to: :attr:`probs` if given, else :attr:`logits`."""
+        return self.logits if self.probs is None else self.probs
 
     # -- shapes ---------------------------------------------------------------------------
     @property
@@ -107,8 +138,22 @@ class Problem:
     @property
     def work_logits(self) -> Tensor:
         """Detached logits in the dtype the estimators compute in (float32 for half types),
-        with NaN -> 0 and +-inf -> +-(a large finite value)."""
+        with NaN -> 0 and +-inf -> +-(a large finite value); with :attr:`probs`, derived
+        from them in that dtype."""
+        if self.probs is not None:
+            q = opmath(self.probs.detach())
+            logits = torch.log(q) if self.categorical else torch.log(q) - torch.log1p(-q)
+            return finite(logits)
         return finite(opmath(self.logits.detach()))
+
+    @property
+    def work(self) -> Tensor:
+        """What the built-in estimators compute from: :attr:`work_logits`, or with
+        :attr:`probs`, the detached probabilities in the compute dtype. The argument of
+        :meth:`draw` and :meth:`parameter_score`."""
+        if self.probs is not None:
+            return opmath(self.probs.detach())
+        return self.work_logits
 
     def probabilities(self, logits: Tensor) -> Tensor:
         """:math:`\\sigma(\\theta)` or :math:`\\operatorname{softmax}(\\theta)` (last axis)."""
@@ -118,6 +163,62 @@ class Problem:
         r""":math:`\nabla_\theta \log p_\theta(b) = b - \sigma(\theta)` (Bernoulli) or
         :math:`D - \operatorname{softmax}(\theta)` (categorical), per coordinate."""
         return samples - self.probabilities(logits)
+
+    def draw(self, n: int, work: Tensor) -> Tensor:
+        """:meth:`sample` from :attr:`work`: for probabilities, ``u < p`` (Bernoulli, on the
+        same uniforms as from logits) or Gumbel-max on ``log q``, so probabilities of 0 and
+        1 give fixed values."""
+        if self.probs is None:
+            return self.sample(n, work)
+        shape = (n, *work.shape)
+        if self.categorical:
+            noise = gumbel_noise(work.expand(shape), self.generator)
+            index = (torch.log(work) + noise).argmax(-1, keepdim=True)
+            return one_hot(work.expand(shape), -1, index)
+        u = uniform(work, self.generator, shape)
+        return (u < work).to(work.dtype)
+
+    def parameter_score(self, samples: Tensor, work: Tensor) -> Tensor:
+        r"""The score with respect to :attr:`parameter`, per coordinate: :meth:`score` for
+        logits; for probabilities :math:`b/p - (1-b)/(1-p)` (Bernoulli) or
+        :math:`D_i/q_i - 1/\sum_j q_j` (categorical, through the normalisation
+        :math:`q/\sum_j q_j`), written with ``torch.where`` so that the values a sample can
+        take at probabilities of 0 and 1 (:math:`-1` at :math:`p = 0`, 1 at :math:`p = 1`)
+        come out finite, without 0/0."""
+        if self.probs is None:
+            return self.score(samples, work)
+        on = samples > 0
+        if self.categorical:
+            total = work.sum(-1, keepdim=True)
+            return torch.where(on, work.reciprocal(), 0) - total.reciprocal()
+        return torch.where(on, work.reciprocal(), -(1 - work).reciprocal())
+
+    def logits_score(self, samples: Tensor, work: Tensor) -> Tensor:
+        r"""The score with respect to the logits, :math:`b - p` or :math:`D - q/\sum_j q_j`,
+        from :attr:`work` (bounded: for weights such as the optimal baseline's)."""
+        if self.probs is None:
+            return self.score(samples, work)
+        if self.categorical:
+            return samples - work / work.sum(-1, keepdim=True)
+        return samples - work
+
+    def logits_to_parameter(self, work: Tensor) -> Tensor | None:
+        r"""What turns a logits gradient into a :attr:`parameter` gradient inside (0, 1):
+        :math:`1/(p(1-p))` (Bernoulli) or :math:`1/q` (categorical); ``None`` for logits."""
+        if self.probs is None:
+            return None
+        if self.categorical:
+            return work.reciprocal()
+        return (work * (1 - work)).reciprocal()
+
+    def at_endpoints(self) -> bool:
+        """Whether some probability is exactly 0 or 1 (Bernoulli) or 0 (categorical); False
+        for logits. A device synchronisation."""
+        if self.probs is None:
+            return False
+        q = self.probs.detach()
+        edge = q == 0 if self.categorical else (q == 0) | (q == 1)
+        return bool(edge.any())
 
     def sample(self, n: int, logits: Tensor) -> Tensor:
         """``n`` exact samples ``(n, *logits.shape)`` in ``logits``' dtype (Gumbel-max for
@@ -142,6 +243,22 @@ class Problem:
                 torch.nn.functional.logsigmoid(-logits),
             )
         return self.per_prefix_variables(per_variable)
+
+    def probability(self, configurations: Tensor) -> Tensor:
+        r""":math:`p(b)` per prefix entry from :attr:`probs`, differentiable in them and exact
+        at probabilities of 0 and 1 (a product, no logarithms): :math:`\prod_i p_i^{b_i}
+        (1 - p_i)^{1 - b_i}`, or :math:`\prod_i q_{i, D_i}` with :math:`q` normalised."""
+        assert self.probs is not None
+        q = opmath(self.probs)
+        if self.categorical:
+            q = q / q.sum(-1, keepdim=True)
+            per_variable = (configurations.to(q.dtype) * q).sum(-1)
+        else:
+            per_variable = torch.where(configurations > 0, q, 1 - q)
+        extra = len(self.batch_shape) - (self.prefix_ndim or 0)
+        if extra == 0:
+            return per_variable
+        return per_variable.flatten(per_variable.dim() - extra).prod(-1)
 
     def per_prefix_variables(self, x: Tensor) -> Tensor:
         """Sum ``(..., *batch)`` over the batch dimensions after the prefix."""

@@ -34,6 +34,13 @@ Cost: each sample evaluates ``f`` three times (at :math:`b`, :math:`\sigma_\lamb
 :math:`\sigma_\lambda(\tilde z)`), so ``f`` must accept relaxed inputs in (0, 1).
 Eager autograd only: these estimators call ``torch.autograd.grad`` inside the forward and
 the backward, which ``torch.compile(fullgraph=True)`` and ``torch.func`` cannot trace.
+
+Probabilities. With ``probs=`` strictly inside (0, 1) the estimate is the one above at
+:math:`\theta = \log p - \log(1-p)` (or :math:`\log q`) times :math:`d\theta/dp`, and the
+variance the parameters are trained on is that of this probability-space estimate. At
+probabilities of exactly 0 or 1 the relaxation :math:`z` is infinite (and so the control
+variate's input), so a call that wants a gradient raises ``ValueError``; without one it
+returns the value.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from ..ops._autograd import apply_function, has_tangent
 from ._base import ESTIMATORS, uniform
 from ._pathwise import conditional_gumbel
 from ._problem import Problem
-from ._score import ScoreFunctionEstimator, attach_gradient, first_order_only
+from ._score import ScoreFunctionEstimator, attach_parameter_gradient, first_order_only
 
 
 class _GradientWithVariance(torch.autograd.Function):
@@ -236,12 +243,12 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
 
     # -- the estimator ------------------------------------------------------------------------
     def expectation(self, problem: Problem) -> Tensor:
-        if not eager_plain(problem.logits):
+        if not eager_plain(problem.parameter):
             raise RuntimeError(
                 f"{type(self).__name__} works in eager autograd only (it calls "
                 "torch.autograd.grad), not under torch.compile or torch.func transforms"
             )
-        if has_tangent(problem.logits):
+        if has_tangent(problem.parameter):
             raise RuntimeError(
                 f"{type(self).__name__} has no forward mode (torch.autograd.forward_ad, "
                 "torch.func.jvp): its estimate contains the reverse-mode gradient of its "
@@ -249,11 +256,22 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
                 "control variate by the gradient of its variance, which forward-mode AD does "
                 "not run; use reverse mode (backward), or another estimator"
             )
+        wants_gradient = problem.parameter.requires_grad and torch.is_grad_enabled()
+        if wants_gradient and problem.at_endpoints():
+            edge = "0" if problem.categorical else "0 or 1"
+            raise ValueError(
+                f"Expected `probs` strictly inside (0, 1) for {type(self).__name__}, whose "
+                "relaxation log p - log(1 - p) + noise (and the control variate's input) is "
+                f"infinite at probabilities of exactly 0 or 1, but found probabilities of "
+                f"exactly {edge}; keep probs away from the end points (e.g. "
+                "probs.clamp(eps, 1 - eps)), pass logits, or use another estimator "
+                "(DisARM, REINFORCE and RLOO give finite gradients there)"
+            )
         theta0 = problem.work_logits
         u, v = self._noise(problem, theta0)
         hard = self._hard(problem, self._relaxation(problem, theta0, u))
         values = problem.evaluate(hard)
-        if not (problem.logits.requires_grad and torch.is_grad_enabled()):
+        if not wants_gradient:
             return values.mean(0)
         self._sync_across_ranks()
         params = [p for p in self.parameters() if p.requires_grad]
@@ -274,9 +292,12 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
             gradient = (problem.spread(f - c_tilde.to(theta.dtype)) * score).mean(0)
             if pathwise is not None:
                 gradient = gradient + pathwise / n
+            chain = problem.logits_to_parameter(problem.work)
+            if chain is not None:  # probabilities strictly inside (0, 1): the chain rule
+                gradient = gradient * chain.to(gradient.dtype)
         if not params:
-            return attach_gradient(problem, values.mean(0), gradient)
-        logits, mean = problem.logits, values.mean(0)
+            return attach_parameter_gradient(problem, values.mean(0), gradient)
+        logits, mean = problem.parameter, values.mean(0)
         zero = apply_function(
             _GradientWithVariance,
             logits,

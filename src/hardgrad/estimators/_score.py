@@ -13,6 +13,15 @@ value is bit-for-bit the Monte-Carlo mean; its backward multiplies :math:`\hat g
 incoming gradient. It is first-order: differentiating the gradient again raises (the
 second derivative of :math:`E[f]` is not :math:`\nabla \hat g`). :class:`Exact` is plain
 autograd and supports every order.
+
+Probabilities. With ``probs=`` the estimators compute in probability space: the score is
+:math:`b/p - (1-b)/(1-p)` (categorical :math:`D_i/q_i - 1/\sum_j q_j`, through the
+normalisation), written with ``torch.where`` so that it is :math:`-1` at :math:`p = 0` and
+:math:`+1` at :math:`p = 1`, the values the sample takes there; ARM's and DisARM's weights
+are divided by :math:`p(1-p)` (each class says its value at 0 and 1). Inside (0, 1) that is
+the logits estimate times :math:`d\ell/dp`, and unbiased where it was; exactly at 0 or 1
+no estimator that only evaluates :math:`f` at samples is unbiased (the sample never takes
+the other value, whose :math:`f` the derivative needs).
 """
 
 from __future__ import annotations
@@ -87,12 +96,29 @@ class _ScoreGradient(torch.autograd.Function):
 
 def attach_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor:
     """``value`` (exactly) whose gradient with respect to the logits is ``gradient`` times
-    the incoming gradient."""
-    logits = problem.logits
-    if not (logits.requires_grad and torch.is_grad_enabled()) and not has_tangent(logits):
+    the incoming gradient.
+
+    ``gradient`` is with respect to the logits (:attr:`Problem.work_logits`). When the caller
+    passed ``probs``, it is turned into their gradient by the chain rule,
+    ``gradient * problem.logits_to_parameter(problem.work)`` (0 where ``gradient`` is 0): an
+    estimator that wants finite gradients at probabilities of exactly 0 and 1 computes in
+    probability space and calls :func:`attach_parameter_gradient` instead.
+    """
+    chain = problem.logits_to_parameter(problem.work)
+    if chain is not None:
+        gradient = torch.where(gradient == 0, 0, gradient * chain)
+    return attach_parameter_gradient(problem, value, gradient)
+
+
+def attach_parameter_gradient(problem: Problem, value: Tensor, gradient: Tensor) -> Tensor:
+    """``value`` (exactly) whose gradient with respect to :attr:`Problem.parameter` (the
+    logits, or the probabilities the caller passed) is ``gradient`` times the incoming
+    gradient."""
+    parameter = problem.parameter
+    if not (parameter.requires_grad and torch.is_grad_enabled()) and not has_tangent(parameter):
         return value
     zero = apply_function(
-        _ScoreGradient, logits, gradient.detach().to(logits.dtype), value.detach()
+        _ScoreGradient, parameter, gradient.detach().to(parameter.dtype), value.detach()
     )
     return value + zero
 
@@ -145,7 +171,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
       estimated leave-one-out from the *other* samples of the same call, so it stays
       unbiased; needs ``num_samples >= 2`` (default 2).
 
-    Unbiased for every baseline. Williams (1992),
+    Unbiased for every baseline. With ``probs`` at :math:`p = 0` (1) the gradient is
+    :math:`\mp` the mean of :math:`f - \beta`; with ``"optimal"``, 0 (every sample has the
+    same score there, so :math:`\beta` is the mean of the others' :math:`f`, the formula's
+    limit). Williams (1992),
     https://doi.org/10.1007/BF00992696; Bengio, Léonard & Courville (2013),
     https://arxiv.org/abs/1308.3432.
 
@@ -195,20 +224,23 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
         return text + (f", decay={self.decay}" if self.baseline == "ema" else "")
 
     def expectation(self, problem: Problem) -> Tensor:
-        theta = problem.work_logits
+        work = problem.work
         n = problem.num_samples
-        samples = problem.sample(n, theta)
+        samples = problem.draw(n, work)
         values = problem.evaluate(samples)
-        f = values.detach().to(theta.dtype)
-        scores = problem.score(samples, theta)
+        f = values.detach().to(work.dtype)
+        scores = problem.parameter_score(samples, work)
         if self.baseline == "optimal":
-            weights = problem.spread(f) - _leave_one_out_optimal_baseline(problem, f, scores)
+            # From the bounded logits scores: the baseline is the same (a coordinate's scale
+            # cancels) and no square of 1/p overflows.
+            bounded = scores if problem.probs is None else problem.logits_score(samples, work)
+            weights = problem.spread(f) - _leave_one_out_optimal_baseline(problem, f, bounded)
         elif self.baseline == "ema":
             weights = problem.spread(f - self._current_ema(f))
             self._update_ema(f)
         else:
             weights = problem.spread(f)
-        return attach_gradient(problem, values.mean(0), (weights * scores).mean(0))
+        return attach_parameter_gradient(problem, values.mean(0), (weights * scores).mean(0))
 
     def _current_ema(self, f: Tensor) -> Tensor:
         # The bias correction in float64 (the stored average is float32).
@@ -231,15 +263,21 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
 
 
 def _leave_one_out_optimal_baseline(problem: Problem, f: Tensor, scores: Tensor) -> Tensor:
-    """Per coordinate, ``sum_{t != s} s_t^2 f_t / sum_{t != s} s_t^2`` (0 where the
-    denominator is 0), summed without cancellation through an (n, n) off-diagonal mask."""
+    """Per coordinate, ``sum_{t != s} s_t^2 f_t / sum_{t != s} s_t^2``, summed without
+    cancellation through an (n, n) off-diagonal mask. Where the denominator is 0 (logits
+    scores at a probability of exactly 0 or 1, where every sample has the same score): 0
+    for logits, whose score is then 0 anyway; with probabilities, whose score there is
+    +-1, the limit of the formula, the mean of the other samples' ``f``."""
     n = scores.shape[0]
     others = 1 - torch.eye(n, dtype=scores.dtype, device=scores.device)
     squares = scores * scores
     numerator = torch.tensordot(others, squares * problem.spread(f), dims=([1], [0]))
     denominator = torch.tensordot(others, squares, dims=([1], [0]))
     safe = torch.where(denominator > 0, denominator, 1)
-    return torch.where(denominator > 0, numerator / safe, 0)
+    fallback: Tensor | float = 0
+    if problem.probs is not None:
+        fallback = problem.spread((f.sum(0) - f) / (n - 1))
+    return torch.where(denominator > 0, numerator / safe, fallback)
 
 
 def _average_across_ranks(x: Tensor) -> Tensor:
@@ -275,7 +313,8 @@ class RLOO(_WithoutSettings):
     Unbiased; needs ``num_samples >= 2`` (default 2). On the Bernoulli toy with two samples
     its variance is :math:`(1-2t)^2 q(1-q)/4`, :math:`q = 2p(1-p)`. Kool, van Hoof &
     Welling (2019), "Buy 4 REINFORCE samples, get a baseline for free!",
-    https://openreview.net/forum?id=r1lgTGL5DE.
+    https://openreview.net/forum?id=r1lgTGL5DE. With ``probs``, 0 at probabilities of 0
+    and 1 (every sample has the same score there).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -290,14 +329,14 @@ class RLOO(_WithoutSettings):
     min_samples: ClassVar[int] = 2
 
     def expectation(self, problem: Problem) -> Tensor:
-        theta = problem.work_logits
+        work = problem.work
         n = problem.num_samples
-        samples = problem.sample(n, theta)
+        samples = problem.draw(n, work)
         values = problem.evaluate(samples)
-        f = values.detach().to(theta.dtype)
+        f = values.detach().to(work.dtype)
         centred = problem.spread(f - f.mean(0))
-        gradient = (centred * problem.score(samples, theta)).sum(0) / (n - 1)
-        return attach_gradient(problem, values.mean(0), gradient)
+        gradient = (centred * problem.parameter_score(samples, work)).sum(0) / (n - 1)
+        return attach_parameter_gradient(problem, values.mean(0), gradient)
 
 
 class _Antithetic(_WithoutSettings):
@@ -309,15 +348,17 @@ class _Antithetic(_WithoutSettings):
     sample_multiple: ClassVar[int] = 2
 
     def expectation(self, problem: Problem) -> Tensor:
-        theta = problem.work_logits
+        work = problem.work
         pairs = problem.num_samples // 2
-        u = uniform(theta, problem.generator, (pairs, *theta.shape)).to(theta.dtype)
-        first, second = self.pair(theta, u)
+        u = uniform(work, problem.generator, (pairs, *work.shape)).to(work.dtype)
+        with_probs = problem.probs is not None
+        first, second = self.pair_probs(work, u) if with_probs else self.pair(work, u)
         values = problem.evaluate(torch.cat((first, second)))
-        f = values.detach().to(theta.dtype)
+        f = values.detach().to(work.dtype)
         difference = problem.spread(f[:pairs] - f[pairs:])
-        gradient = (difference * self.weight(theta, u, first, second)).mean(0)
-        return attach_gradient(problem, values.mean(0), gradient)
+        weight = self.weight_probs if with_probs else self.weight
+        gradient = (difference * weight(work, u, first, second)).mean(0)
+        return attach_parameter_gradient(problem, values.mean(0), gradient)
 
     @abc.abstractmethod
     def pair(self, theta: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
@@ -326,6 +367,14 @@ class _Antithetic(_WithoutSettings):
     @abc.abstractmethod
     def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
         """What multiplies ``f(first) - f(second)``."""
+
+    @abc.abstractmethod
+    def pair_probs(self, p: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`pair` from probabilities ``p``."""
+
+    @abc.abstractmethod
+    def weight_probs(self, p: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        """:meth:`weight` for the gradient with respect to ``p`` (finite at 0 and 1)."""
 
 
 @ESTIMATORS.register("arm")
@@ -340,6 +389,12 @@ class ARM(_Antithetic):
     averaged over ``num_samples / 2`` pairs (two evaluations each). Unbiased. Bernoulli
     only (the categorical extension, ARSM, is not implemented). Yin & Zhou (2019),
     https://arxiv.org/abs/1807.11143.
+
+    With ``probs``: the weight :math:`(u - \tfrac12)/(p(1-p))` inside (0, 1); at exactly 0
+    or 1 it is 0. There the formula's limit is infinite (the pair agrees on this
+    coordinate, but :math:`f(b) - f(\tilde b)` differs whenever another coordinate's pair
+    does); 0 is that term's mean given the pair. Near 0 and 1 the variance grows like
+    :math:`1/p^2`: prefer DisARM.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -358,6 +413,15 @@ class ARM(_Antithetic):
     def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
         return u - 0.5
 
+    def pair_probs(self, p: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        return (u > 1 - p).to(u.dtype), (u < p).to(u.dtype)
+
+    def weight_probs(self, p: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        # (u - 1/2) / (p (1 - p)) inside (0, 1); at 0 and 1, where the limit is infinite
+        # whenever another coordinate's pair differs, the term's mean given the pair: 0.
+        inside = (p > 0) & (p < 1)
+        return torch.where(inside, (u - 0.5) / torch.where(inside, p * (1 - p), 1), 0)
+
 
 @ESTIMATORS.register("disarm")
 class DisARM(_Antithetic):
@@ -372,6 +436,9 @@ class DisARM(_Antithetic):
     :math:`\theta = 0` a pair always disagrees, so on a one-variable objective the
     variance is 0. Bernoulli only. Dong, Mnih & Tucker (2020),
     https://arxiv.org/abs/2006.10680.
+
+    With ``probs``: the weight :math:`\sigma(|\theta_i|)/(p_i(1-p_i)) = 1/\min(p_i, 1-p_i)`
+    where the pair disagrees; at 0 and 1 it never does, so the gradient is 0 (the limit).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -392,6 +459,15 @@ class DisARM(_Antithetic):
         disagree = (first != second).to(u.dtype)
         return 0.5 * (1 - 2 * second) * disagree * torch.sigmoid(theta.abs())
 
+    def pair_probs(self, p: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        return (u < p).to(u.dtype), ((1 - u) < p).to(u.dtype)
+
+    def weight_probs(self, p: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
+        # sigma(|theta|) / (p (1 - p)) = 1 / min(p, 1 - p); a pair never disagrees at 0 or 1.
+        disagree = first != second
+        smaller = torch.where(disagree, torch.minimum(p, 1 - p), 1)
+        return torch.where(disagree, 0.5 * (1 - 2 * second) / smaller, 0)
+
 
 @ESTIMATORS.register("exact")
 class Exact(ScoreFunctionEstimator):
@@ -405,6 +481,8 @@ class Exact(ScoreFunctionEstimator):
     and all prefix entries are enumerated in parallel. ``f`` is called once when it returns
     one value per batch entry; when its prefix is shorter, a first call on the
     per-entry configurations (2 or C of them) tells the prefix, then all are enumerated. ``num_samples`` must be left ``None``.
+    With ``probs``, :math:`p(b)` is a product of probabilities (no logarithms), so the
+    gradient is exact at probabilities of 0 and 1 too.
 
     Args:
         max_configurations: the most configurations it will enumerate; more raise
@@ -448,10 +526,13 @@ class Exact(ScoreFunctionEstimator):
         else:
             configurations = problem.configurations(self.max_configurations)
             values = problem.evaluate(configurations)
-        logits = problem.logits
-        # +-inf -> +-(a large finite value): a forced category then has log-probability 0
-        # instead of inf - inf = NaN.
-        work = finite(opmath(logits))
-        probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
-        dtype = torch.promote_types(values.dtype, work.dtype)
+        if problem.probs is not None:
+            # A product of probabilities, no logarithms: exact gradients at 0 and 1.
+            probabilities = problem.probability(configurations)
+        else:
+            # +-inf -> +-(a large finite value): a forced category then has log-probability
+            # 0 instead of inf - inf = NaN.
+            work = finite(opmath(problem.logits))
+            probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
+        dtype = torch.promote_types(values.dtype, probabilities.dtype)
         return (probabilities.to(dtype) * values.to(dtype)).sum(0).to(values.dtype)

@@ -72,7 +72,9 @@ class Bernoulli(_StochasticUnit):
 
     ``tau`` (a number, :func:`anneal`, or any callable of the step) overrides the
     estimator's temperature; the step counts forward passes in training mode and is saved
-    in the ``state_dict``.
+    in the ``state_dict``. ``unit(logits)`` or ``unit(probs=p)``: probabilities (e.g. from
+    a hard sigmoid, exactly 0 and 1 included) get the gradient, as in
+    :func:`hardgrad.bernoulli`.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -94,18 +96,27 @@ class Bernoulli(_StochasticUnit):
     ) -> None:
         super().__init__(estimator, tau, generator)
 
-    def forward(self, logits: Tensor) -> Tensor:
-        return stochastic.bernoulli(logits, estimator=self._advance(), generator=self.generator)
+    def forward(self, logits: Tensor | None = None, *, probs: Tensor | None = None) -> Tensor:
+        """A sample for ``logits`` (log-odds) or, keyword only, ``probs`` (probabilities in
+        [0, 1]): exactly one of them, as in :func:`hardgrad.bernoulli`."""
+        stochastic._one_of(logits, probs)  # before the step advances
+        return stochastic.bernoulli(
+            logits, probs=probs, estimator=self._advance(), generator=self.generator
+        )
 
 
 class Categorical(_StochasticUnit):
     """:func:`hardgrad.categorical` as a module: a one-hot stochastic unit along ``dim``.
+
+    ``unit(logits)`` or ``unit(probs=q)`` with category probabilities along ``dim``.
 
     Example:
         >>> import torch, hardgrad as hg
         >>> unit = hg.nn.Categorical(estimator=hg.estimators.GumbelRao(k=4), tau=0.5)
         >>> unit(torch.zeros(2, 5)).sum(-1)
         tensor([1., 1.])
+        >>> unit(probs=torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]]))
+        tensor([[0., 0., 1., 0., 0.]])
     """
 
     def __init__(
@@ -119,9 +130,13 @@ class Categorical(_StochasticUnit):
         super().__init__(estimator, tau, generator)
         self.dim = check_int(dim, "dim")
 
-    def forward(self, logits: Tensor) -> Tensor:
+    def forward(self, logits: Tensor | None = None, *, probs: Tensor | None = None) -> Tensor:
+        """A one-hot sample for ``logits`` or, keyword only, ``probs`` (category
+        probabilities along ``dim``): exactly one of them, as in
+        :func:`hardgrad.categorical`."""
+        stochastic._one_of(logits, probs)  # before the step advances
         return stochastic.categorical(
-            logits, dim=self.dim, estimator=self._advance(), generator=self.generator
+            logits, probs=probs, dim=self.dim, estimator=self._advance(), generator=self.generator
         )
 
     def extra_repr(self) -> str:
