@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from .._checkpoint import SettingsInState
 from .._kernels import eager_plain
 from .._validation import check_positive, check_real
 from ..ops._autograd import apply_function, has_tangent
@@ -147,7 +148,7 @@ def _finite_or_zero(grad: Tensor) -> Tensor:
     return grad
 
 
-class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
+class _LearnedControlVariate(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
     """The shared machinery of :class:`REBAR` and :class:`RELAX`."""
 
     evaluations_per_sample: ClassVar[int] = 3
@@ -183,6 +184,11 @@ class _LearnedControlVariate(ScoreFunctionEstimator, torch.nn.Module):
     def tau(self) -> float:
         """The relaxation's current temperature :math:`\\lambda`."""
         return float(self.log_tau.detach().exp())
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        """Whether the learned control variate includes the relaxed objective: its
+        parameters were trained for that form."""
+        return {"use_objective": self.use_objective}
 
     def extra_repr(self) -> str:
         return f"tau={self.tau:.4g}, scale={float(self.scale.detach()):.4g}"

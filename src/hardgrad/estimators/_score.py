@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from .._checkpoint import SettingsInState
 from .._kernels import eager_plain, finite, opmath
 from .._validation import check_int, check_real
 from ..ops._autograd import apply_function, cached_signature, has_tangent
@@ -150,7 +151,7 @@ class ScoreFunctionEstimator(Estimator):
 
 
 @ESTIMATORS.register("reinforce")
-class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
+class Reinforce(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
     r"""REINFORCE (the score-function or likelihood-ratio estimator), with a baseline.
 
     .. math:: \hat g = \frac1n \sum_{s=1}^n (f_s - \beta_s)\, s(b_s),
@@ -162,7 +163,9 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     * ``"ema"``: :math:`\beta` is an exponential moving average of past values of :math:`\bar f`
       (``decay``), bias-corrected, updated after use, so it never depends on the current
       samples. State: the buffers ``ema`` and ``steps``; it is updated only in training
-      mode (``estimator.train()``). When a ``torch.distributed`` process group is
+      mode (``estimator.train()``). Checkpoints carry ``baseline`` and ``decay`` too, and
+      ``load_state_dict`` refuses an average kept under other values. When a
+      ``torch.distributed`` process group is
       initialised, the mean of :math:`\bar f` over the ranks is what enters the average
       (for equal shards, the mean over the global batch), so every rank keeps the same
       baseline; each training-mode call is then a collective operation.
@@ -218,6 +221,10 @@ class Reinforce(ScoreFunctionEstimator, torch.nn.Module):
     @property
     def min_samples(self) -> int:  # type: ignore[override]
         return 2 if self.baseline == "optimal" else 1
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        """The baseline and decay under which the stored average was kept."""
+        return {"baseline": self.baseline, "decay": self.decay}
 
     def extra_repr(self) -> str:
         text = f"baseline={self.baseline!r}"

@@ -5,6 +5,7 @@ https://arxiv.org/abs/1902.08153.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 
 from .. import ops
 from .. import surrogates as _surrogates
+from .._checkpoint import SettingsInState
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
@@ -71,7 +73,7 @@ class _StepSize(torch.autograd.Function):
 GRAD_SCALE_ELEMENTS = ("per_scale", "tensor")
 
 
-class Quantize(nn.Module):
+class Quantize(SettingsInState, nn.Module):
     r"""Fake quantization with a learned step size (LSQ), for weights or activations.
 
     Forward: :func:`hardgrad.quantize` with the range of ``bits``-bit integers
@@ -107,12 +109,13 @@ class Quantize(nn.Module):
     (``init_scale``, :meth:`init_from` or one eager batch): the first-batch initialisation
     is data-dependent and runs outside the graph.
 
-    **Checkpoints.** The ``state_dict`` holds the scale and, in its extra state, what
-    defines the quantizer (``bits``, ``signed``, ``narrow``, ``per_channel_dim``).
-    Loading a checkpoint saved with other settings, or a per-channel scale into a
-    per-tensor module (or the reverse, or another channel count), raises with the key and
-    both values instead of quantizing on another grid. Checkpoints saved before these
-    settings were stored load when their scale's shape fits.
+    **Checkpoints.** The ``state_dict`` holds the scale, and its metadata what defines the
+    quantizer's grid (``bits``, ``signed``, ``narrow``, ``per_channel_dim``; see
+    ``hardgrad._checkpoint``). Loading a checkpoint saved with other settings, or a
+    per-channel scale into a per-tensor module (or the reverse, or another channel count),
+    raises with the key and both values instead of quantizing on another grid.
+    Checkpoints without the settings (older ones, or a plain ``dict`` of the tensors) load
+    when their scale's shape fits.
 
     The step size the forward uses is the stored :math:`s` made positive and bounded,
 
@@ -349,7 +352,7 @@ class Quantize(nn.Module):
             in_range=self.in_range,
         )
 
-    def _config(self) -> dict[str, Any]:
+    def _checkpoint_settings(self) -> dict[str, Any]:
         """What defines the quantizer's grid: stored in checkpoints, checked on load."""
         return {
             "bits": self.bits,
@@ -359,25 +362,19 @@ class Quantize(nn.Module):
         }
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"initialized": self._initialized, **self._config()}
+        return {"initialized": self._initialized}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self._initialized = bool(state.get("initialized", False))
 
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        problems = self._checkpoint_mismatches(state_dict, prefix)
-        if problems:
-            error_msgs.extend(problems)
-            return
+    def _checkpoint_problems(
+        self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Mapping[str, Any]
+    ) -> list[str]:
+        problems = super()._checkpoint_problems(state_dict, prefix, local_metadata)
+        layout = self._scale_shape_mismatch(state_dict.get(prefix + "scale"), prefix + "scale")
+        return [*problems, layout] if layout else problems
+
+    def _prepare_to_load(self, state_dict: Mapping[str, Any], prefix: str) -> None:
         # A per-channel scale only gets its shape on the first batch: adopt the stored one.
         stored = state_dict.get(prefix + "scale")
         if isinstance(stored, Tensor) and stored.shape != self.scale.shape:
@@ -385,44 +382,31 @@ class Quantize(nn.Module):
                 self.scale.data = torch.empty_like(
                     stored, device=self.scale.device, dtype=self.scale.dtype
                 )
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
 
-    def _checkpoint_mismatches(self, state_dict: dict[str, Any], prefix: str) -> list[str]:
-        """Messages for a checkpoint that would quantize on another grid in this module."""
-        problems = []
-        extra = state_dict.get(prefix + "_extra_state")
-        if isinstance(extra, dict):
-            for key, expected in self._config().items():
-                if key in extra and extra[key] != expected:
-                    problems.append(
-                        f"{prefix}_extra_state[{key!r}]: the checkpoint has {key}={extra[key]!r}, "
-                        f"this Quantize has {key}={expected!r}"
-                    )
-        stored = state_dict.get(prefix + "scale")
-        if isinstance(stored, Tensor):
-            key = f"{prefix}scale"
-            if self.per_channel_dim is None and stored.dim() != 0:
-                problems.append(
-                    f"{key}: the checkpoint has per-channel scales of shape "
-                    f"{tuple(stored.shape)}, this Quantize has one scale (per_channel_dim=None)"
-                )
-            elif self.per_channel_dim is not None and stored.dim() != 1:
-                problems.append(
-                    f"{key}: the checkpoint has a scale of shape {tuple(stored.shape)}, this "
-                    f"Quantize has one scale per channel (per_channel_dim={self.per_channel_dim})"
-                )
-            elif (
-                self.per_channel_dim is not None
-                and self._initialized
-                and stored.shape != self.scale.shape
-            ):
-                problems.append(
-                    f"{key}: the checkpoint has {stored.shape[0]} channel scales, this "
-                    f"Quantize has {self.scale.shape[0]}"
-                )
-        return problems
+    def _scale_shape_mismatch(self, stored: Any, key: str) -> str:
+        """The message for a stored scale of another layout than this module's, or ''."""
+        if not isinstance(stored, Tensor):
+            return ""
+        if self.per_channel_dim is None and stored.dim() != 0:
+            return (
+                f"{key}: the checkpoint has per-channel scales of shape "
+                f"{tuple(stored.shape)}, this Quantize has one scale (per_channel_dim=None)"
+            )
+        if self.per_channel_dim is not None and stored.dim() != 1:
+            return (
+                f"{key}: the checkpoint has a scale of shape {tuple(stored.shape)}, this "
+                f"Quantize has one scale per channel (per_channel_dim={self.per_channel_dim})"
+            )
+        if (
+            self.per_channel_dim is not None
+            and self._initialized
+            and stored.shape != self.scale.shape
+        ):
+            return (
+                f"{key}: the checkpoint has {stored.shape[0]} channel scales, this "
+                f"Quantize has {self.scale.shape[0]}"
+            )
+        return ""
 
     def extra_repr(self) -> str:
         text = (

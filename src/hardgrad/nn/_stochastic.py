@@ -14,13 +14,21 @@ from torch import Tensor, nn
 
 from .. import estimators as _estimators
 from .. import stochastic
+from .._checkpoint import SettingsInState
 from .._validation import check_int, check_positive
+from ._anneal import Anneal
 
 TemperatureLike = float | Callable[[int], float] | None
 
 
-class _StochasticUnit(nn.Module):
-    """Shared state of the stochastic modules: estimator, temperature schedule, step."""
+class _StochasticUnit(SettingsInState, nn.Module):
+    """Shared state of the stochastic modules: estimator, temperature schedule, step.
+
+    The step (the argument of a ``tau`` schedule) is saved in the ``state_dict`` with the
+    schedule (a number or :func:`anneal`; other callables are not stored), and
+    ``load_state_dict`` refuses a step counted along another schedule. The estimator is
+    not part of the state: a checkpoint loads into a unit with another estimator.
+    """
 
     def __init__(
         self,
@@ -55,6 +63,15 @@ class _StochasticUnit(nn.Module):
         if self.training:
             self.step += 1
         return estimator
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        """The temperature schedule the stored step counts along (its repr; a callable
+        without a stable repr, such as a lambda, is not stored). The estimator is not state:
+        a checkpoint loads into a unit with another estimator."""
+        tau = self.tau
+        if tau is None or isinstance(tau, (int, float, Anneal)):
+            return {"tau": repr(tau)}
+        return {}
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"step": self.step}
