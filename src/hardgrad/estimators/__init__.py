@@ -25,6 +25,7 @@ from ._score import (
     Reinforce,
     ScoreFunctionEstimator,
     attach_gradient,
+    attach_parameter_gradient,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "STIdentity",
     "ScoreFunctionEstimator",
     "attach_gradient",
+    "attach_parameter_gradient",
     "get",
     "gumbel_noise",
     "resolve",
