@@ -231,3 +231,88 @@ def test_bengio_units_forward_mode(unit):
     _, tangent = torch.func.jvp(draw, (logits,), (t,))
     _, pullback = torch.func.vjp(draw, logits)
     torch.testing.assert_close(tangent, pullback(t)[0])
+
+
+# --------------------------------------------------------------------------------------
+# Quantization with learned parameters: LSQ in forward mode (the scale's and zero point's
+# tangents included), and nn.Quantize. It raised torch's "You must implement the jvp".
+# --------------------------------------------------------------------------------------
+
+
+def _lsq_reference_jvp(x, s, z, x_dot, s_dot, z_dot, in_range, identity, grad_scale, bounds):
+    """float64 JVP from the LSQ formulas, written independently of hardgrad."""
+    qmin, qmax = bounds
+    v = x / s
+    level = torch.round(v) + z
+    decide = v + z if in_range == "unrounded" else level
+    inside = (decide >= qmin) & (decide <= qmax)
+    dy_ds = torch.where(inside, torch.round(v) - v, torch.where(decide < qmin, qmin - z, qmax - z))
+    dy_dz = torch.where(inside, 0.0, -s)
+    dy_dx = torch.ones_like(x) if identity else inside.double()
+    return dy_dx * x_dot + grad_scale * (dy_ds * s_dot + dy_dz * z_dot)
+
+
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+def test_quantize_jvp_with_learned_scale_and_zero_point(in_range, surrogate, dtype):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(4, 12, generator=g, dtype=torch.float64) * 0.6).to(dtype)
+    s = torch.tensor([[0.1], [0.2], [0.05], [0.3]], dtype=torch.float64)
+    z = torch.tensor(1.0, dtype=torch.float64)
+    dots = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (x, s, z)]
+    x_dot = dots[0].to(dtype)
+
+    def f(x_, s_, z_):
+        return hg.quantize(
+            x_,
+            s_,
+            z_,
+            quant_min=-4,
+            quant_max=3,
+            grad_scale=0.7,
+            in_range=in_range,
+            surrogate=surrogate,
+        )
+
+    _, tangent = torch.func.jvp(f, (x, s, z), (x_dot, dots[1], dots[2]))
+    expected = _lsq_reference_jvp(
+        x.double(),
+        s,
+        z,
+        x_dot.double(),
+        dots[1],
+        dots[2],
+        in_range,
+        surrogate == "identity",
+        0.7,
+        (-4, 3),
+    )
+    torch.testing.assert_close(tangent, expected.to(dtype), **_tolerance(dtype))
+    for argnum in range(3):  # and the forward Jacobian is the transpose of the reverse one
+        forward = torch.func.jacfwd(f, argnums=argnum)(x, s, z)
+        reverse = torch.func.jacrev(f, argnums=argnum)(x, s, z)
+        # (jacfwd has the output's dtype, jacrev the input's)
+        torch.testing.assert_close(forward, reverse, check_dtype=False, **_tolerance(dtype))
+
+
+def _tolerance(dtype: torch.dtype) -> dict[str, float]:
+    return {"rtol": 1e-2, "atol": 1e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+
+
+def test_quantize_module_forward_mode_matches_reverse_mode():
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    q = hg.nn.Quantize(bits=4, per_channel_dim=0, init_scale=torch.full((5,), 0.2))
+    with torch.no_grad():
+        q.scale[1] = -0.3  # a stored negative scale: the step size's gradient is sign(s)
+    params = {"scale": q.scale.detach()}
+
+    def call(p):
+        return torch.func.functional_call(q, p, (x,))
+
+    forward = torch.func.jacfwd(call)(params)["scale"]
+    reverse = torch.func.jacrev(call)(params)["scale"]
+    assert forward.abs().sum() > 0
+    torch.testing.assert_close(forward, reverse)
+    with fwAD.dual_level():
+        out = q(fwAD.make_dual(x, torch.ones_like(x)))
+        assert fwAD.unpack_dual(out).tangent is not None

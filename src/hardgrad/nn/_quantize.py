@@ -16,7 +16,7 @@ from .. import surrogates as _surrogates
 from .._checkpoint import SettingsInState
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
-from ..ops._autograd import apply_function, cached_signature
+from ..ops._autograd import apply_function, cached_signature, forward_mode
 from ..ops._quantize import _check_in_range
 from ._hard import SurrogateLike
 
@@ -67,6 +67,22 @@ class _StepSize(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (scale,) = ctx.saved_tensors
         return torch.where(scale < 0, -grad, grad), None, None
+
+
+@forward_mode(_StepSize)
+@cached_signature
+class _StepSizeJVP(_StepSize):
+    """:class:`_StepSize` with its forward-mode rule: the tangent times sign(s)."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _StepSize.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _low: Any, _high: Any) -> Tensor:
+        (scale,) = ctx.saved_tensors
+        return torch.where(scale < 0, -tangent, tangent)
 
 
 #: ``grad_scale_elements`` choices: what :math:`N` counts in :math:`g = 1/\sqrt{N q_+}`.

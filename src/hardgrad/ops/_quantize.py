@@ -25,6 +25,7 @@ from ._autograd import (
     MaskedGradient,
     apply_function,
     cached_signature,
+    forward_mode,
     masked,
 )
 
@@ -142,25 +143,69 @@ class _FakeQuantize(torch.autograd.Function):
         grad_scale = grad_zero_point = None
         if len(saved) > 1:
             keep, x, scale, zero_point = saved
-            quant_min, quant_max = ctx.bounds
+            dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
             g = grad.to(scale.dtype)
-            x_over_s = x.to(scale.dtype) * (1.0 / scale)
-            rounded = torch.round(x_over_s)
-            level = rounded if zero_point is None else rounded + zero_point
-            offset = 0 if zero_point is None else zero_point
-            # Outside the range y = (bound - z) * s; inside y = round(x/s) * s with the
-            # rounding treated as the identity (LSQ): dy/ds = round(x/s) - x/s, dy/dz = 0.
-            # The side of the range is read from what decides "in range": the level, or
-            # x/s + z before rounding.
             if ctx.needs_input_grad[1]:
-                side = x_over_s + offset if ctx.unrounded else level
-                saturated = torch.where(side < quant_min, quant_min - offset, quant_max - offset)
-                dy_ds = torch.where(keep, rounded - x_over_s, saturated)
                 grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
             if ctx.needs_input_grad[2]:
-                dy_dz = torch.where(keep, 0, -scale)
                 grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
         return grad_x, grad_scale, grad_zero_point, None, None, None, None, None
+
+
+def _qparam_partials(
+    ctx: Any, keep: Tensor, x: Tensor, scale: Tensor, zero_point: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    r"""Elementwise :math:`(\partial y/\partial s, \partial y/\partial z)` of LSQ.
+
+    Outside the range :math:`y = (q_\pm - z)\,s`; inside :math:`y = \operatorname{round}(x/s)\,s`
+    with the rounding treated as the identity: :math:`\partial y/\partial s =
+    \operatorname{round}(x/s) - x/s`, :math:`\partial y/\partial z = 0`. The side of the range
+    is read from what decides "in range": the level, or :math:`x/s + z` before rounding.
+    """
+    quant_min, quant_max = ctx.bounds
+    x_over_s = x.to(scale.dtype) * (1.0 / scale)
+    rounded = torch.round(x_over_s)
+    offset = 0 if zero_point is None else zero_point
+    side = x_over_s + offset if ctx.unrounded else rounded + offset
+    saturated = torch.where(side < quant_min, quant_min - offset, quant_max - offset)
+    dy_ds = torch.where(keep, rounded - x_over_s, saturated)
+    dy_dz = torch.where(keep, 0, -scale)
+    return dy_ds, dy_dz
+
+
+@forward_mode(_FakeQuantize)
+@cached_signature
+class _FakeQuantizeJVP(_FakeQuantize):
+    r""":class:`_FakeQuantize` with its forward-mode rule, the transpose of its backward:
+    :math:`\dot y = m\,\dot x + g\,(\partial_s y\,\dot s + \partial_z y\,\dot z)` with the
+    in-range mask :math:`m` (1 everywhere for the identity surrogate) and the LSQ factor
+    :math:`g` (``grad_scale``), so that ``jacfwd`` equals ``jacrev``."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _FakeQuantize.setup_context(ctx, inputs, output)
+        x, scale, zero_point = inputs[:3]
+        ctx.save_for_forward(output[1], x, scale, zero_point)
+
+    @staticmethod
+    def jvp(
+        ctx: Any,
+        x_dot: Tensor | None,
+        scale_dot: Tensor | None,
+        zero_dot: Tensor | None,
+        *_settings: Any,
+    ) -> tuple[Tensor, None]:
+        keep, x, scale, zero_point = ctx.saved_tensors
+        y_dot = torch.zeros_like(x, dtype=scale.dtype)
+        if x_dot is not None:
+            y_dot = y_dot + (x_dot if ctx.identity else x_dot * keep).to(scale.dtype)
+        if scale_dot is not None or zero_dot is not None:
+            dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
+            if scale_dot is not None:
+                y_dot = y_dot + dy_ds * scale_dot * ctx.grad_scale
+            if zero_dot is not None:
+                y_dot = y_dot + dy_dz * zero_dot * ctx.grad_scale
+        return y_dot.to(x.dtype), None
 
 
 def _qparam(value: Any, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:
