@@ -159,6 +159,10 @@ def test_plot_out_that_is_a_file_and_too_few_draws(
 def test_audit_usage_shows_args_as_optional(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--help"]) == 0
     assert "usage: hardgrad audit [-h] SCRIPT [ARGS ...]" in capsys.readouterr().out
+    # Without a script the error names SCRIPT alone (argparse listed "SCRIPT, ARGS").
+    assert main(["audit"]) == 2
+    err = capsys.readouterr().err
+    assert "required: SCRIPT" in err and "ARGS" not in err.splitlines()[-1]
 
 
 @pytest.mark.parametrize(

@@ -240,6 +240,8 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     from ..diagnostics import audit
 
+    if args.script is None:  # optional to argparse only so that ARGS is not listed as required
+        args.audit_parser.error("the following argument is required: SCRIPT")
     script = Path(args.script)
     if not script.is_file():
         args.audit_parser.error(f"no such script: {script}")
@@ -365,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         "where gradient flow dies or is altered: zero-gradient ops, graph cuts, parameters "
         "without gradient.",
     )
-    auditing.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    auditing.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python script to run")
     auditing.add_argument(
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script"
     )
