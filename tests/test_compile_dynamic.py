@@ -165,7 +165,8 @@ MODULES = {
     "Quantize": lambda: hg.nn.Quantize(
         bits=4, per_channel_dim=1, init_scale=torch.tensor([0.3, 0.5, 0.4, 0.6])
     ),
-    "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=hg.nn.anneal(1.0, 0.5, 10)),
+    # A schedule graph-breaks once per call (test_units_compile_once_over_many_steps).
+    "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=0.5),
     "Categorical": lambda: hg.nn.Categorical(estimator="gumbel_rao"),
 }
 
@@ -238,4 +239,49 @@ def test_quantize_first_batch_under_compile(dynamic) -> None:
     )
     with pytest.raises(Exception, match="_initialize"):
         strict(_logits(8))
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("unit", ["Bernoulli", "Categorical"])
+@pytest.mark.parametrize("tau", ["none", "number", "schedule"])
+def test_units_compile_once_over_many_steps(unit, tau) -> None:
+    """Regression: the step counter was a Python int attribute, a constant to Dynamo, so
+    every training step recompiled the unit (the recompile limit, 8, was hit after 8 steps
+    and it fell back to eager with a warning). Now the step is a tensor incremented in the
+    graph, and a schedule is evaluated outside it (its float enters as an input)."""
+    from torch._dynamo.testing import CompileCounter
+
+    def make() -> nn.Module:
+        value = {"none": None, "number": 0.5, "schedule": hg.nn.anneal(1.0, 0.2, 30)}[tau]
+        return getattr(hg.nn, unit)(estimator="st_gumbel", tau=value)
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled_unit, eager_unit = make(), make()
+    fullgraph = tau != "schedule"
+    compiled = torch.compile(compiled_unit, backend=counter, fullgraph=fullgraph)
+    for step in range(20):
+        x = _logits(3 + step % 4)
+        outputs = []
+        for run in (compiled, eager_unit):
+            leaf = x.clone().requires_grad_()
+            torch.manual_seed(step)
+            y = run(leaf)
+            (y * torch.arange(float(y.shape[-1]))).sum().backward()
+            outputs.append((y.detach(), leaf.grad))
+        assert torch.equal(outputs[0][0], outputs[1][0]), step
+        torch.testing.assert_close(outputs[0][1], outputs[1][1])
+    assert compiled_unit.step == eager_unit.step == 20
+    assert compiled_unit.current_estimator() == eager_unit.current_estimator()
+    # One graph (two for the two halves around a schedule's break), plus one recompile
+    # for the symbolic batch size: not one per step.
+    assert counter.frame_count <= (4 if tau == "schedule" else 2), counter.frame_count
+    torch._dynamo.reset()
+
+
+def test_a_schedule_under_fullgraph_names_the_break() -> None:
+    unit = hg.nn.Bernoulli(tau=hg.nn.anneal(1.0, 0.5, 10))
+    compiled = torch.compile(unit, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="_scheduled_tau"):
+        compiled(_logits(4))
     torch._dynamo.reset()

@@ -28,7 +28,13 @@ class _StochasticUnit(SettingsInState, nn.Module):
     schedule (a number or :func:`anneal`; other callables are not stored), and
     ``load_state_dict`` refuses a step counted along another schedule. The estimator is
     not part of the state: a checkpoint loads into a unit with another estimator.
+
+    Under ``torch.compile`` the unit compiles once: the step is a tensor incremented in the
+    graph. A callable ``tau`` is evaluated outside the graph (one graph break per call, so
+    not with ``fullgraph=True``; a number or ``None`` compiles into one graph).
     """
+
+    _steps: Tensor
 
     def __init__(
         self,
@@ -48,8 +54,18 @@ class _StochasticUnit(SettingsInState, nn.Module):
                 check_positive(tau, "tau")
         self.tau = tau
         self.generator = generator
-        #: Training forward passes so far: the argument of a ``tau`` schedule.
-        self.step = 0
+        # The step lives in a tensor, incremented in place: a Python int attribute would be
+        # a constant to torch.compile, and every training step would recompile the module.
+        self.register_buffer("_steps", torch.zeros((), dtype=torch.long), persistent=False)
+
+    @property
+    def step(self) -> int:
+        """Training forward passes so far: the argument of a ``tau`` schedule."""
+        return int(self._steps)
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._steps.fill_(check_int(value, "step", low=0))
 
     def current_estimator(self) -> _estimators.Estimator:
         """The estimator with the temperature of the current step."""
@@ -58,10 +74,22 @@ class _StochasticUnit(SettingsInState, nn.Module):
         tau = self.tau(self.step) if callable(self.tau) else self.tau
         return dataclasses.replace(self.estimator, tau=check_positive(tau, "tau"))  # type: ignore[type-var]
 
+    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    def _scheduled_tau(self) -> float:
+        """The schedule's temperature now, evaluated outside compiled graphs: it reads the
+        step as a number, and a float returned here enters the graph as an input (no
+        recompilation as it changes)."""
+        assert callable(self.tau)
+        return float(self.tau(self.step))
+
     def _advance(self) -> _estimators.Estimator:
-        estimator = self.current_estimator()
+        if callable(self.tau) and torch.compiler.is_compiling():
+            tau = check_positive(self._scheduled_tau(), "tau")
+            estimator = dataclasses.replace(self.estimator, tau=tau)  # type: ignore[type-var]
+        else:
+            estimator = self.current_estimator()
         if self.training:
-            self.step += 1
+            self._steps.add_(1)
         return estimator
 
     def _checkpoint_settings(self) -> dict[str, Any]:
