@@ -316,3 +316,14 @@ def test_quantize_module_forward_mode_matches_reverse_mode():
     with fwAD.dual_level():
         out = q(fwAD.make_dual(x, torch.ones_like(x)))
         assert fwAD.unpack_dual(out).tangent is not None
+
+
+def test_quantize_module_built_inside_a_transform():
+    """init_scale is the parameter's initial value, not a .data write (which functorch
+    forbids inside a transform)."""
+    x = torch.randn(6, generator=torch.Generator().manual_seed(3))
+    _, tangent = torch.func.jvp(
+        lambda v: hg.nn.Quantize(bits=4, init_scale=0.2)(v), (x,), (torch.ones_like(x),)
+    )
+    in_range = (torch.round(x / 0.2) >= -8) & (torch.round(x / 0.2) <= 7)
+    assert torch.equal(tangent, in_range.float())

@@ -234,14 +234,17 @@ class Quantize(SettingsInState, nn.Module):
             self.quant_min, self.quant_max = -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
         else:
             self.quant_min, self.quant_max = 0, 2**bits - 1
-        placeholder = torch.ones(() if per_channel_dim is None else (1,))
-        if learn_scale:
-            self.scale = nn.Parameter(placeholder)
+        # The given scale, or a placeholder until the first batch (made here, not copied
+        # in: a module built inside a torch.func transform may not mutate .data).
+        self._initialized = init_scale is not None
+        if init_scale is None:
+            initial = torch.ones(() if per_channel_dim is None else (1,))
         else:
-            self.register_buffer("scale", placeholder)
-        self._initialized = False
-        if init_scale is not None:
-            self._set_scale(self._check_init_scale(init_scale))
+            initial = self._check_init_scale(init_scale).to(torch.get_default_dtype(), copy=True)
+        if learn_scale:
+            self.scale = nn.Parameter(initial)
+        else:
+            self.register_buffer("scale", initial)
 
     @property
     def initialized(self) -> bool:
