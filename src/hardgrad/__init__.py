@@ -26,6 +26,8 @@ from .ops import (
     trunc,
 )
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
+from . import vq
+from .vq import vector_quantize
 
 __all__ = [
     "__version__",
@@ -55,4 +57,6 @@ __all__ = [
     "topk_mask",
     "trunc",
     "validation_enabled",
+    "vector_quantize",
+    "vq",
 ]
