@@ -135,6 +135,7 @@ STATEFUL = {
     "reinforce": lambda: hg.estimators.Reinforce(baseline="ema", decay=0.7),
     "rebar": lambda: hg.estimators.REBAR(),
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
+    "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
 }
 
 
@@ -159,7 +160,11 @@ def _build_or_none(cls: type) -> nn.Module | None:
 
 
 #: Modules with required arguments and no state (their state dict is checked to be empty).
-STATELESS_WITH_ARGUMENTS = {"Clamp": lambda: hg.nn.Clamp(0.0, 1.0)}
+STATELESS_WITH_ARGUMENTS = {
+    "Clamp": lambda: hg.nn.Clamp(0.0, 1.0),
+    "FSQ": lambda: hg.nn.FSQ([5, 5]),
+    "LFQ": lambda: hg.nn.LFQ(2),
+}
 
 
 def test_every_stateful_module_and_estimator_is_covered():

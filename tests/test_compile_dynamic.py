@@ -152,6 +152,18 @@ def test_bengio_units_with_a_changing_batch(unit, mode) -> None:
     _assert_seeded_compiled_matches_eager(lambda x: fn(x), _logits, mode)
 
 
+class _FirstPlusLoss(nn.Module):
+    """``z_q`` (plus the auxiliary loss, if any) of a quantizer returning a tuple."""
+
+    def __init__(self, quantizer: nn.Module) -> None:
+        super().__init__()
+        self.quantizer = quantizer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.quantizer(x)
+        return out[0] + out[2] if len(out) == 3 else out[0]
+
+
 #: A factory for every module of hardgrad.nn (a new module without one fails below).
 MODULES = {
     "Round": lambda: hg.nn.Round(),
@@ -168,6 +180,14 @@ MODULES = {
     # A schedule graph-breaks once per call (test_units_compile_once_over_many_steps).
     "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=0.5),
     "Categorical": lambda: hg.nn.Categorical(estimator="gumbel_rao"),
+    # Tuple outputs: the wrapper sums z_q and the auxiliary loss (both carry gradients).
+    # The codebook is drawn from the global RNG: seeded, so that both instances agree.
+    "VectorQuantize": lambda: _FirstPlusLoss(
+        torch.manual_seed(0)
+        and hg.nn.VectorQuantize(8, 4, estimator="rotation", codebook_update="ema")
+    ),
+    "FSQ": lambda: _FirstPlusLoss(hg.nn.FSQ([5, 5, 4, 3])),
+    "LFQ": lambda: _FirstPlusLoss(hg.nn.LFQ(4)),
 }
 
 

@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import diagnostics, estimators, nn, ops, stochastic, surrogates, testing
+from . import diagnostics, estimators, nn, ops, stochastic, surrogates, testing, vq
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -26,7 +26,6 @@ from .ops import (
     trunc,
 )
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
-from . import vq
 from .vq import vector_quantize
 
 __all__ = [

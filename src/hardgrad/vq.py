@@ -494,7 +494,15 @@ def codebook_usage(indices: Tensor, num_codes: int) -> tuple[Tensor, Tensor]:
         raise TypeError(f"Expected `indices` to be an integer tensor, but found {found}")
     if isinstance(num_codes, bool) or not isinstance(num_codes, int) or num_codes < 1:
         raise ValueError(f"Expected `num_codes` to be an int >= 1, but found {num_codes!r}")
-    counts = torch.bincount(indices.reshape(-1), minlength=num_codes)[:num_codes].float()
+    flat = indices.reshape(-1)
+    counts = torch.zeros(num_codes, device=indices.device).index_add_(
+        0, flat, torch.ones(flat.shape, device=indices.device)
+    )
+    return usage_from_counts(counts)
+
+
+def usage_from_counts(counts: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`codebook_usage` from per-code counts (float, shape (K,))."""
     total = counts.sum().clamp_min(1)
     p = counts / total
     entropy = -(p * torch.where(p > 0, p, 1).log()).sum()

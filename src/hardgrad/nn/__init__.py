@@ -16,8 +16,11 @@ from ._anneal import Anneal, anneal
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
 from ._quantize import Quantize
 from ._stochastic import Bernoulli, Categorical
+from ._vq import FSQ, LFQ, VectorQuantize
 
 __all__ = [
+    "FSQ",
+    "LFQ",
     "Anneal",
     "Bernoulli",
     "Binarize",
@@ -28,5 +31,6 @@ __all__ = [
     "Quantize",
     "Round",
     "Sign",
+    "VectorQuantize",
     "anneal",
 ]

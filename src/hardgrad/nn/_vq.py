@@ -1,0 +1,456 @@
+r"""Vector-quantization modules: a learned codebook (:class:`VectorQuantize`, van den Oord
+et al. 2017, https://arxiv.org/abs/1711.00937), finite scalar quantization (:class:`FSQ`,
+Mentzer et al. 2023, https://arxiv.org/abs/2309.15505) and lookup-free quantization
+(:class:`LFQ`, Yu et al. 2023, https://arxiv.org/abs/2310.05737). The math is in
+:mod:`hardgrad.vq`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import vq as _vq
+from .._checkpoint import SettingsInState
+from .._validation import check_floating, check_int, check_positive, check_real
+from ..estimators import Estimator
+
+CODEBOOK_UPDATES = ("loss", "ema")
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _check_channels(z: Tensor, channel_dim: int, size: int, what: str) -> int:
+    check_floating(z, "z")
+    if not -z.dim() <= channel_dim < z.dim():
+        raise ValueError(
+            f"Expected `channel_dim` in [{-z.dim()}, {z.dim() - 1}] for a {z.dim()}-dim `z`, "
+            f"but found channel_dim={channel_dim}"
+        )
+    d = channel_dim % z.dim()
+    if z.shape[d] != size:
+        raise ValueError(
+            f"Expected z.shape[{d}] == {size} ({what}), but found shape {tuple(z.shape)}"
+        )
+    return d
+
+
+class VectorQuantize(SettingsInState, nn.Module):
+    r"""A learned codebook of ``num_codes`` vectors of size ``dim``, with a chosen gradient.
+
+    ``forward(z)`` returns ``(z_q, indices, loss)``: ``z_q, indices`` from
+    :func:`hardgrad.vector_quantize` (the nearest code, exactly; the gradient to ``z`` by
+    ``estimator``: ``"st"``, ``"rotation"``, ``"gumbel"`` or a pathwise estimator
+    instance), and the scalar auxiliary loss of the VQ-VAE paper:
+
+    .. math::
+
+        \mathcal L = \underbrace{\overline{\lVert \operatorname{sg}[z] - c_k\rVert^2}}_{\text{codebook}}
+        + \beta\, \underbrace{\overline{\lVert z - \operatorname{sg}[c_k]\rVert^2}}_{\text{commitment}}
+
+    (means over elements; :math:`\beta` = ``commitment_weight``). With
+    ``codebook_update="ema"`` the codebook is a buffer, the loss is the commitment term only,
+    and in training mode each forward updates (Razavi et al. 2019,
+    https://arxiv.org/abs/1906.00446; the Laplace smoothing as in their reference code)
+
+    .. math::
+
+        N_k \leftarrow \gamma N_k + (1-\gamma) n_k, \quad
+        m_k \leftarrow \gamma m_k + (1-\gamma) \textstyle\sum_{i: k_i = k} z_i, \quad
+        \tilde N_k = \frac{N_k + \epsilon}{\sum_j N_j + K\epsilon} \sum_j N_j, \quad
+        c_k = m_k / \tilde N_k,
+
+    with :math:`\gamma` = ``decay``, :math:`\epsilon` = ``eps`` and :math:`n_k` the batch's
+    count of code :math:`k`. Under ``torch.distributed`` the counts and sums are
+    all-reduced (summed) before the update, so every rank applies the same update, the one
+    a single process would on the global batch. Eval mode updates nothing.
+
+    **Dead codes.** :math:`N_k` (the buffer ``cluster_size``) is kept in both modes; with
+    ``dead_code_threshold`` > 0, in training mode every code with :math:`N_k` below it is
+    replaced by a vector of the current batch drawn with the module's own generator
+    (seeded by ``seed``, saved in checkpoints; on rank 0 under ``torch.distributed``, then
+    broadcast), and its :math:`N_k` (and :math:`m_k`) set as if it had just been used
+    ``dead_code_threshold`` times.
+
+    **k-means initialisation.** With ``kmeans_init=True`` the first training batch sets
+    the codebook by ``kmeans_iters`` Lloyd iterations from a k-means++ seeding drawn from
+    the batch with the module's generator (rank 0's batch, broadcast, under ``torch.distributed``).
+
+    **Metrics.** After each forward the buffers ``usage`` (fraction of codes used in the
+    batch) and ``perplexity`` (:func:`hardgrad.vq.codebook_usage`; of the global batch in
+    distributed training) hold the batch's values; ``cluster_size`` their moving average.
+
+    Args:
+        num_codes: K >= 2.
+        dim: D, the size of a code vector.
+        estimator: the gradient to ``z`` (see :func:`hardgrad.vector_quantize`).
+        distance: ``"l2"`` or ``"cosine"``.
+        commitment_weight: :math:`\beta` >= 0.
+        codebook_update: ``"loss"`` (the codebook is a parameter trained by the codebook
+            loss) or ``"ema"``.
+        decay: :math:`\gamma` in [0, 1).
+        eps: Laplace smoothing :math:`\epsilon` > 0.
+        dead_code_threshold: restart codes whose ``cluster_size`` is below it (0: never).
+        kmeans_init: initialise the codebook from the first training batch.
+        kmeans_iters: Lloyd iterations of that initialisation.
+        channel_dim: the code dimension of ``z``.
+        tau: the temperature of the code logits for a stochastic estimator.
+        seed: the seed of the module's generator.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> torch.manual_seed(0)  # the codebook's initial values
+        <torch._C.Generator object at ...>
+        >>> vq = hg.nn.VectorQuantize(8, 2, estimator="rotation", codebook_update="ema")
+        >>> vq
+        VectorQuantize(num_codes=8, dim=2, estimator='rotation', codebook_update='ema')
+        >>> z = torch.randn(5, 2, generator=torch.Generator().manual_seed(1))
+        >>> z_q, indices, loss = vq(z)
+        >>> indices, round(float(loss), 4), float(vq.usage)
+        (tensor([5, 5, 1, 1, 0]), 0.0758, 0.375)
+    """
+
+    codebook: Tensor
+    cluster_size: Tensor
+    embed_sum: Tensor
+    usage: Tensor
+    perplexity: Tensor
+
+    def __init__(
+        self,
+        num_codes: int,
+        dim: int,
+        *,
+        estimator: str | Estimator = "st",
+        distance: str = "l2",
+        commitment_weight: float = 0.25,
+        codebook_update: str = "loss",
+        decay: float = 0.99,
+        eps: float = 1e-5,
+        dead_code_threshold: float = 0.0,
+        kmeans_init: bool = False,
+        kmeans_iters: int = 10,
+        channel_dim: int = -1,
+        tau: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.num_codes = check_int(num_codes, "num_codes", low=2)
+        self.dim = check_int(dim, "dim", low=1)
+        _vq._resolve_estimator(estimator)  # checks the name or instance
+        self.estimator = estimator
+        self.distance = _vq._check_choice(distance, "distance", _vq.DISTANCES)
+        self.commitment_weight = check_real(commitment_weight, "commitment_weight")
+        if self.commitment_weight < 0:
+            raise ValueError(
+                f"Expected `commitment_weight` >= 0, but found commitment_weight={commitment_weight!r}"
+            )
+        self.codebook_update = _vq._check_choice(
+            codebook_update, "codebook_update", CODEBOOK_UPDATES
+        )
+        self.decay = check_real(decay, "decay")
+        if not 0 <= self.decay < 1:
+            raise ValueError(f"Expected `decay` in [0, 1), but found decay={decay!r}")
+        self.eps = check_positive(eps, "eps")
+        self.dead_code_threshold = check_real(dead_code_threshold, "dead_code_threshold")
+        if self.dead_code_threshold < 0:
+            raise ValueError(
+                f"Expected `dead_code_threshold` >= 0, but found {dead_code_threshold!r}"
+            )
+        if not isinstance(kmeans_init, bool):
+            raise TypeError(
+                f"Expected `kmeans_init` to be a bool, but found {type(kmeans_init).__name__}"
+            )
+        self.kmeans_init = kmeans_init
+        self.kmeans_iters = check_int(kmeans_iters, "kmeans_iters", low=0)
+        self.channel_dim = check_int(channel_dim, "channel_dim")
+        self.tau = check_positive(tau, "tau")
+        self.seed = check_int(seed, "seed", low=0)
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self._initialized = not kmeans_init
+        initial = torch.randn(self.num_codes, self.dim)
+        if self.codebook_update == "loss":
+            self.codebook = nn.Parameter(initial)
+        else:
+            self.register_buffer("codebook", initial)
+            self.register_buffer("embed_sum", initial.clone())
+        self.register_buffer("cluster_size", torch.ones(self.num_codes))
+        self.register_buffer("usage", torch.zeros(()), persistent=False)
+        self.register_buffer("perplexity", torch.ones(()), persistent=False)
+
+    @property
+    def initialized(self) -> bool:
+        """False until the k-means initialisation ran (always True without ``kmeans_init``)."""
+        return self._initialized
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        d = _check_channels(z, self.channel_dim, self.dim, "the code size `dim`")
+        if self.training and not self._initialized and z.numel() > 0:
+            self._kmeans(z.detach().movedim(d, -1).reshape(-1, self.dim))
+        codebook = self.codebook.to(z.dtype)
+        z_q, indices = _vq.vector_quantize(
+            z,
+            codebook,
+            dim=d,
+            estimator=self.estimator,
+            distance=self.distance,
+            tau=self.tau,
+        )
+        if z.numel() == 0:
+            return z_q, indices, z.new_zeros(()).float()
+        loss = self.commitment_weight * F.mse_loss(z.float(), z_q.detach().float())
+        if self.codebook_update == "loss":
+            rows = codebook[indices.reshape(-1)].reshape(z.movedim(d, -1).shape).movedim(-1, d)
+            loss = loss + F.mse_loss(rows.float(), z.detach().float())
+        self._update(z.detach().movedim(d, -1).reshape(-1, self.dim), indices.reshape(-1))
+        return z_q, indices, loss
+
+    @torch.no_grad()
+    def _update(self, rows: Tensor, indices: Tensor) -> None:
+        counts = torch.zeros(self.num_codes, device=rows.device, dtype=self.cluster_size.dtype)
+        counts.index_add_(
+            0, indices, torch.ones(indices.shape, device=rows.device, dtype=counts.dtype)
+        )
+        sums = None
+        if self.training and self.codebook_update == "ema":
+            sums = torch.zeros_like(self.embed_sum).index_add_(
+                0, indices, rows.to(self.embed_sum.dtype)
+            )
+        if self.training and _distributed():
+            torch.distributed.all_reduce(counts)
+            if sums is not None:
+                torch.distributed.all_reduce(sums)
+        usage, perplexity = _vq.usage_from_counts(counts)
+        self.usage.copy_(usage)
+        self.perplexity.copy_(perplexity)
+        if not self.training:
+            return
+        self.cluster_size.mul_(self.decay).add_(counts, alpha=1 - self.decay)
+        if sums is not None:
+            self.embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
+            total = self.cluster_size.sum()
+            smoothed = (self.cluster_size + self.eps) / (total + self.num_codes * self.eps) * total
+            self.codebook.copy_(self.embed_sum / smoothed.unsqueeze(-1))
+        if self.dead_code_threshold > 0:
+            self._restart_dead_codes(rows)
+
+    @torch.compiler.disable  # type: ignore[untyped-decorator]  # data-dependent: outside graphs
+    @torch.no_grad()
+    def _restart_dead_codes(self, rows: Tensor) -> None:
+        dead = self.cluster_size < self.dead_code_threshold
+        count = int(dead.sum())
+        if count == 0:
+            return
+        new = self._draw_rows(rows, count)
+        self.codebook[dead] = new.to(self.codebook.dtype)
+        self.cluster_size[dead] = self.dead_code_threshold
+        if self.codebook_update == "ema":
+            self.embed_sum[dead] = new.to(self.embed_sum.dtype) * self.dead_code_threshold
+
+    def _draw_rows(self, rows: Tensor, count: int) -> Tensor:
+        """``count`` rows of the batch drawn with the module's generator (with replacement
+        when the batch is smaller), rank 0's under ``torch.distributed``, broadcast."""
+        if len(rows) >= count:
+            pick = torch.randperm(len(rows), generator=self.generator)[:count]
+        else:
+            pick = torch.randint(len(rows), (count,), generator=self.generator)
+        new = rows[pick.to(rows.device)].float().clone()
+        if _distributed():
+            torch.distributed.broadcast(new, src=0)
+        return new
+
+    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    @torch.no_grad()
+    def _kmeans(self, rows: Tensor) -> None:
+        rows = rows.float()
+        centers = self._kmeans_plus_plus(rows)
+        for _ in range(self.kmeans_iters):
+            assign = _vq._distances(rows, centers, "l2").argmin(-1)
+            counts = torch.zeros(self.num_codes, device=rows.device).index_add_(
+                0, assign, torch.ones(len(assign), device=rows.device)
+            )
+            sums = torch.zeros_like(centers).index_add_(0, assign, rows)
+            if _distributed():
+                torch.distributed.all_reduce(counts)
+                torch.distributed.all_reduce(sums)
+            used = counts > 0
+            centers[used] = sums[used] / counts[used].unsqueeze(-1)
+        self.codebook.copy_(centers.to(self.codebook.dtype))
+        if self.codebook_update == "ema":
+            self.embed_sum.copy_(centers.to(self.embed_sum.dtype) * self.cluster_size.unsqueeze(-1))
+        self._initialized = True
+
+    def _kmeans_plus_plus(self, rows: Tensor) -> Tensor:
+        """k-means++ seeding (Arthur & Vassilvitskii 2007): each next center drawn from
+        the batch with probability proportional to its squared distance to the nearest
+        center so far, with the module's generator; rank 0's choice under
+        ``torch.distributed``."""
+        pick = int(torch.randint(len(rows), (1,), generator=self.generator))
+        centers = [rows[pick]]
+        nearest = (rows - rows[pick]).square().sum(-1)
+        for _ in range(1, self.num_codes):
+            weights = nearest.double().cpu()
+            if float(weights.sum()) <= 0:
+                weights = torch.ones_like(weights)
+            pick = int(torch.multinomial(weights, 1, generator=self.generator))
+            centers.append(rows[pick])
+            nearest = torch.minimum(nearest, (rows - rows[pick]).square().sum(-1))
+        out = torch.stack(centers).clone()
+        if _distributed():
+            torch.distributed.broadcast(out, src=0)
+        return out
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        return {
+            "num_codes": self.num_codes,
+            "dim": self.dim,
+            "codebook_update": self.codebook_update,
+            "decay": self.decay,
+            "eps": self.eps,
+            "distance": self.distance,
+        }
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"initialized": self._initialized, "generator": self.generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self._initialized = bool(state.get("initialized", True))
+        if isinstance(state.get("generator"), Tensor):
+            self.generator.set_state(state["generator"])
+
+    def extra_repr(self) -> str:
+        text = f"num_codes={self.num_codes}, dim={self.dim}, estimator={self.estimator!r}"
+        if self.distance != "l2":
+            text += f", distance={self.distance!r}"
+        text += f", codebook_update={self.codebook_update!r}"
+        if self.dead_code_threshold:
+            text += f", dead_code_threshold={self.dead_code_threshold}"
+        if self.kmeans_init:
+            text += ", kmeans_init=True"
+        return text
+
+
+class FSQ(nn.Module):
+    r"""Finite scalar quantization (Mentzer et al. 2023, https://arxiv.org/abs/2309.15505):
+    :func:`hardgrad.vq.fsq` with fixed ``levels``; no codebook, no auxiliary loss.
+
+    ``forward(z)`` returns ``(z_q, indices)``; ``z`` has ``len(levels)`` channels along
+    ``channel_dim``. :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> fsq = hg.nn.FSQ([8, 5, 5, 5])
+        >>> fsq, fsq.codebook_size
+        (FSQ(levels=(8, 5, 5, 5)), 1000)
+        >>> z_q, indices = fsq(torch.tensor([[0.3, -2.0, 0.1, 4.0]]))
+        >>> z_q, indices
+        (tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]]), tensor([885]))
+        >>> fsq.indices_to_codes(indices)
+        tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]])
+    """
+
+    def __init__(self, levels: Any, *, channel_dim: int = -1) -> None:
+        super().__init__()
+        self.levels = _vq._check_levels(levels)
+        self.channel_dim = check_int(channel_dim, "channel_dim")
+
+    @property
+    def codebook_size(self) -> int:
+        """The number of codes, :math:`\\prod_i L_i`."""
+        size = 1
+        for v in self.levels:
+            size *= v
+        return size
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
+        return _vq.fsq(z, self.levels, dim=d)
+
+    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
+        return _vq.fsq_indices_to_codes(indices, self.levels, dim=self.channel_dim, dtype=dtype)
+
+    def codes_to_indices(self, codes: Tensor) -> Tensor:
+        """The indices of ``codes`` (:func:`hardgrad.vq.fsq_codes_to_indices`)."""
+        return _vq.fsq_codes_to_indices(codes, self.levels, dim=self.channel_dim)
+
+    def extra_repr(self) -> str:
+        return f"levels={self.levels}"
+
+
+class LFQ(nn.Module):
+    r"""Lookup-free quantization with its entropy loss (Yu et al. 2023, MAGVIT-v2,
+    https://arxiv.org/abs/2310.05737).
+
+    ``forward(z)`` returns ``(z_q, indices, loss)``: ``z_q = ±1`` per channel with a
+    straight-through gradient (:func:`hardgrad.vq.lfq`), and
+
+    .. math::
+
+        \mathcal L = w_H \big(\mathbb E_z[H(q(\cdot\mid z))] - \gamma\,
+        H(\mathbb E_z[q(\cdot\mid z)])\big) + \beta\,\overline{\lVert z - \operatorname{sg}[z_q]\rVert^2}
+
+    with the soft assignment :math:`q(c\mid z) \propto \exp(-\lVert z - c\rVert^2/\tau)`
+    (:func:`hardgrad.vq.lfq_entropy`; exact for ``dim`` <= 16), :math:`w_H` =
+    ``entropy_weight``, :math:`\gamma` = ``diversity_gamma`` and :math:`\beta` =
+    ``commitment_weight``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> lfq = hg.nn.LFQ(3)
+        >>> z_q, indices, loss = lfq(torch.tensor([[0.5, -0.2, 1.5], [-1.0, 0.3, -0.1]]))
+        >>> z_q, indices
+        (tensor([[ 1., -1.,  1.],
+                [-1.,  1., -1.]]), tensor([5, 2]))
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        entropy_weight: float = 0.1,
+        diversity_gamma: float = 1.0,
+        commitment_weight: float = 0.25,
+        tau: float = 1.0,
+        surrogate: Any = "identity",
+        channel_dim: int = -1,
+    ) -> None:
+        super().__init__()
+        self.dim = check_int(dim, "dim", low=1, high=62)
+        self.entropy_weight = check_real(entropy_weight, "entropy_weight")
+        self.diversity_gamma = check_real(diversity_gamma, "diversity_gamma")
+        self.commitment_weight = check_real(commitment_weight, "commitment_weight")
+        self.tau = check_positive(tau, "tau")
+        self.surrogate = surrogate
+        self.channel_dim = check_int(channel_dim, "channel_dim")
+
+    @property
+    def codebook_size(self) -> int:
+        """The number of codes, :math:`2^d`."""
+        return 2**self.dim
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        d = _check_channels(z, self.channel_dim, self.dim, "the number of bits `dim`")
+        z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
+        if z.numel() == 0:
+            return z_q, indices, z.new_zeros(()).float()
+        per_sample, codebook = _vq.lfq_entropy(z, dim=d, tau=self.tau)
+        entropy = per_sample - self.diversity_gamma * codebook
+        commitment = F.mse_loss(z.float(), z_q.detach().float())
+        loss = self.entropy_weight * entropy + self.commitment_weight * commitment
+        return z_q, indices, loss
+
+    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`)."""
+        return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, entropy_weight={self.entropy_weight}, "
+            f"diversity_gamma={self.diversity_gamma}, commitment_weight={self.commitment_weight}"
+        )
