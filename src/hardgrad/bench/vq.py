@@ -149,7 +149,7 @@ def _num_codes(model: VQVAE) -> int:
     q = model.quantizer
     if isinstance(q, hgnn.VectorQuantize):
         return q.num_codes
-    return int(q.codebook_size)  # type: ignore[union-attr, arg-type]
+    return int(q.codebook_size)  # type: ignore[arg-type]
 
 
 def train_and_evaluate(variant: str, data: Dataset, config: VQConfig, seed: int) -> dict[str, Any]:
