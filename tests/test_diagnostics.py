@@ -87,22 +87,24 @@ def global_pre_hooks() -> int:
 
 
 class Leaky(nn.Module):
-    """One marked line per problem audit() must report, plus a submodule never called."""
+    """One marked line per problem audit() must report (each hard op is the only path from
+    its own layer to the loss, so that layer gets no gradient), plus a submodule never
+    called."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = nn.Linear(4, 3)
+        self.rounded, self.signed, self.ranked = nn.Linear(4, 3), nn.Linear(4, 3), nn.Linear(4, 3)
+        self.frozen, self.gated = nn.Linear(4, 3), nn.Linear(4, 3)
         self.unused = nn.Linear(3, 3)  # never called: its parameters get no gradient
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.body(x)
-        rounded = torch.round(h)  # <round>
-        signs = torch.sign(h)  # <sign>
-        index = torch.argmax(h, dim=-1)  # <argmax>
-        frozen = h.detach()  # <detach>
-        mask = h > 0  # <mask>
-        picked = h.gather(-1, index.unsqueeze(-1)).squeeze(-1)
-        return (rounded + signs + frozen + mask * h).sum() + picked.sum()
+        rounded = torch.round(self.rounded(x))  # <round>
+        signs = torch.sign(self.signed(x))  # <sign>
+        index = torch.argmax(self.ranked(x), dim=-1)  # <argmax>
+        frozen = self.frozen(x).detach()  # <detach>
+        mask = self.gated(x) > 0  # <mask>
+        picked = x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        return (rounded + signs + frozen + mask * x[:, :3]).sum() + picked.sum()
 
 
 def leaky_step(model: nn.Module, x: Tensor) -> Tensor:
@@ -111,16 +113,17 @@ def leaky_step(model: nn.Module, x: Tensor) -> Tensor:
     return loss
 
 
-#: marker -> (kind, a test of the op, a word the suggestion must contain)
-LEAKY_EXPECTED: dict[str, tuple[str, Callable[[str], bool], str]] = {
-    "round": ("zero_gradient", lambda op: op == "torch.round", "hg.round"),
-    "sign": ("zero_gradient", lambda op: op == "torch.sign", "hg.sign"),
-    "argmax": ("graph_cut", lambda op: "argmax" in op, "hg.one_hot_argmax"),
-    "detach": ("graph_cut", lambda op: op == "Tensor.detach", "hg.straight_through"),
+#: marker -> (kind, a test of the op, a word the suggestion must contain, the layer it costs)
+LEAKY_EXPECTED: dict[str, tuple[str, Callable[[str], bool], str, str]] = {
+    "round": ("zero_gradient", lambda op: op == "torch.round", "hg.round", "rounded"),
+    "sign": ("zero_gradient", lambda op: op == "torch.sign", "hg.sign", "signed"),
+    "argmax": ("graph_cut", lambda op: "argmax" in op, "hg.one_hot_argmax", "ranked"),
+    "detach": ("graph_cut", lambda op: op == "Tensor.detach", "hg.straight_through", "frozen"),
     "mask": (
         "zero_gradient",
         lambda op: "comparison" in op and ("gt" in op or ">" in op),
         "hg.heaviside",
+        "gated",
     ),
 }
 
@@ -137,13 +140,14 @@ def test_audit_finds_every_problem_with_kind_op_line_and_count(runs: int) -> Non
     assert report.ops_seen > 0
 
     by_line: dict[int, list[Finding]] = {}
-    for finding in report.findings:
+    for finding in report.problems:
         path, line = split_location(finding)
         assert path == THIS_FILE, finding
         assert finding.line == line
+        assert finding.severity == "problem" and finding.is_problem
         by_line.setdefault(line, []).append(finding)
 
-    for marker, (kind, op_ok, hint) in LEAKY_EXPECTED.items():
+    for marker, (kind, op_ok, hint, layer) in LEAKY_EXPECTED.items():
         line = marked_line(Leaky.forward, marker)
         (finding,) = by_line.pop(line, [None])
         assert finding is not None, f"nothing reported for {marker} at line {line}\n{report}"
@@ -151,6 +155,7 @@ def test_audit_finds_every_problem_with_kind_op_line_and_count(runs: int) -> Non
         assert op_ok(finding.op), finding
         assert finding.count == runs, finding
         assert hint in finding.suggestion, finding
+        assert f"Leaky.{layer}.weight" in finding.detail, finding  # what it costs
 
     # The submodule never called: both its parameters, located where the model was called.
     call = marked_line(leaky_step, "call")
@@ -161,20 +166,32 @@ def test_audit_finds_every_problem_with_kind_op_line_and_count(runs: int) -> Non
         assert f"unused.{name}" in finding.op and "grad is None" in finding.op, finding
         assert finding.suggestion
     assert all(f.count == 1 for f in unused)  # parameters are checked once, after the block
-    assert not any("body" in f.op for f in report.findings)  # it gets a gradient
-    assert by_line == {}, f"unexpected findings: {by_line}"
+    assert by_line == {}, f"unexpected problems: {by_line}"
+
+    # The layers cut off by the five ops are notes that point to their cause.
+    notes = report.notes
+    assert len(notes) == 10, report.format(notes=True)
+    for note in notes:
+        assert note.kind == "no_gradient" and note.line == call, note
+        assert "a consequence of the problem at" in note.suggestion, note
+    assert {n.op.split(".")[1] for n in notes} == {"rounded", "signed", "ranked", "frozen", "gated"}
 
     text = str(report)
-    for finding in report.findings:
+    for finding in report.problems:
         assert finding.location in text
         assert finding.suggestion in text
     assert f"(x{runs})" in text
-    counts = {kind: len(report.of_kind(kind)) for kind in ("zero_gradient", "graph_cut")}
+    assert "10 notes" in text and "--all" in text  # the notes are counted, not printed
+    assert all(note.suggestion not in text for note in notes)
+    everything = report.format(notes=True)
+    assert all(f.suggestion in everything for f in report.findings)
+    counts = {kind: len(report.of_kind(kind, "problem")) for kind in ("zero_gradient", "graph_cut")}
     assert counts == {"zero_gradient": 3, "graph_cut": 2}
-    assert len(report.of_kind("no_gradient")) == 2
+    assert len(report.of_kind("no_gradient", "problem")) == 2
     data = report.to_dict()
     json.dumps(data)
-    assert len(data["findings"]) == len(report.findings) == 7
+    assert len(data["findings"]) == len(report.findings) == 17
+    assert {f["severity"] for f in data["findings"]} == {"problem", "note"}
     assert bool(report)
 
 
@@ -396,18 +413,20 @@ def test_audit_autograd_grad_is_not_a_missing_gradient() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def graph_cuts(w: Tensor, layer: nn.Module) -> None:
-    _ = w[0].item()  # <item>
-    _ = w.tolist()  # <tolist>
-    _ = w.long()  # <long>
-    _ = w.to(torch.int64)  # <to_int64>
-    _ = w.bool()  # <bool>
-    _ = torch.argsort(w)  # <argsort>
-    _ = torch.topk(w, 2)  # <topk>
+def graph_cuts(ws: list[Tensor], layer: nn.Module, x: Tensor) -> Tensor:
+    """Each tensor of ``ws`` (and the layer) reaches the loss only through one graph cut."""
+    loss = ws[0].square().sum()  # a path with a gradient, so that backward runs
+    loss = loss + torch.tensor(ws[1].sum().item())  # <item>
+    loss = loss + torch.tensor(ws[2].tolist()).sum()  # <tolist>
+    loss = loss + ws[3].long().sum()  # <long>
+    loss = loss + ws[4].to(torch.int64).sum()  # <to_int64>
+    loss = loss + ws[5].bool().sum()  # <bool>
+    loss = loss + torch.argsort(ws[6]).sum()  # <argsort>
+    loss = loss + torch.topk(ws[7], 2).indices.sum()  # <topk>
     with torch.no_grad():
-        _ = layer(w)  # <no_grad>
-    _ = w.to(torch.float64)  # a float cast keeps the gradient: not reported
-    _ = (w * 2).sum()
+        out = layer(x)  # <no_grad>
+    loss = loss + out.sum()
+    return loss + ws[8].to(torch.float64).sum()  # a float cast keeps the gradient
 
 
 #: marker -> words the op must contain
@@ -423,25 +442,37 @@ CUT_OPS = {
 }
 
 
-def test_audit_reports_other_graph_cuts_without_no_gradient_findings() -> None:
-    w = torch.randn(5, requires_grad=True)
+def test_audit_reports_graph_cuts_that_cost_a_trained_tensor_its_gradient() -> None:
+    """Behaviour changed on purpose (issue 15): a graph cut is a problem when it is why a
+    tensor that an optimizer steps gets no gradient, found at the cut's line; a module
+    called under no_grad likewise. The same calls with no backward in the block (an
+    evaluation) are not findings at all."""
+    ws = [torch.randn(5, requires_grad=True) for _ in range(9)]
     layer = nn.Linear(5, 5)
+    x = torch.randn(2, 5)
+    optimizer = torch.optim.SGD([*ws, *layer.parameters()], lr=0.1)
     with audit() as report:
-        graph_cuts(w, layer)
-    found = {split_location(f)[1]: f for f in report.findings}
-    assert len(found) == len(report.findings), str(report)
+        optimizer.zero_grad()
+        graph_cuts(ws, layer, x).backward()
+        optimizer.step()
+    found = {split_location(f)[1]: f for f in report.of_kind("graph_cut")}
+    assert len(found) == len(report.problems) - 0, report.format(notes=True)
     for marker, words in CUT_OPS.items():
         line = marked_line(graph_cuts, marker)
         assert line in found, f"nothing reported for {marker} at line {line}\n{report}"
         finding = found.pop(line)
-        assert finding.kind == "graph_cut", finding
+        assert finding.kind == "graph_cut" and finding.severity == "problem", finding
         assert all(word in finding.op for word in words), finding
         assert finding.count == 1 and finding.suggestion
-    # Nothing else: no float cast, no multiplication, and (no backward ran) no no_gradient,
-    # although the layer's parameters never got a gradient.
+    # Nothing else: no float cast, no multiplication; the tensors cut off are notes.
     assert found == {}, found
-    assert report.of_kind("no_gradient") == []
-    assert layer.weight.grad is None
+    assert all(f.severity == "note" for f in report.of_kind("no_gradient"))
+    assert len(report.of_kind("no_gradient")) == 7 + 2  # ws[1:8] and the layer
+    assert ws[0].grad is not None and ws[8].grad is not None
+
+    with audit() as evaluation:
+        graph_cuts(ws, layer, x)
+    assert evaluation.findings == [], evaluation.format(notes=True)
 
 
 def test_parameters_feeding_only_round_get_all_zero_gradient() -> None:
@@ -495,7 +526,7 @@ SCRIPT = textwrap.dedent(
     for _ in range(steps):
         opt.zero_grad()
         out = net(x)  # CALL
-        loss = (torch.round(out) - out).square().mean()  # ROUND
+        loss = (torch.round(out) - 0.5).square().mean()  # ROUND
         loss.backward()
         opt.step()
     print("script argv:", sys.argv[1:], __name__)
@@ -530,7 +561,7 @@ SCRIPT_IN_MAIN = textwrap.dedent(
         for _ in range(steps):
             net.zero_grad()
             out = net(x)  # CALL
-            loss = (torch.round(out) - out).square().mean()  # ROUND
+            loss = (torch.round(out) - 0.5).square().mean()  # ROUND
             loss.backward()
 
 
@@ -564,7 +595,10 @@ def test_cli_audit_runs_a_script(
     assert f"(x{steps})" in round_line
     spare = [ln for ln in out.splitlines() if call_at in ln and "no_gradient" in ln]
     assert len(spare) == 2 and all("spare." in ln for ln in spare), out
-    assert not any("fc." in ln for ln in out.splitlines()), out
+    # fc gets an all-zero gradient because of the round: named in the round's finding, not
+    # a finding of its own (a note, not printed without --all).
+    assert not any("fc." in ln and "no_gradient" in ln for ln in out.splitlines()), out
+    assert "cut off behind it: Net.fc.weight, Net.fc.bias" in out
     assert "hg.round" in out  # the suggestion
 
 

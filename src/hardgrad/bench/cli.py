@@ -10,9 +10,9 @@ Subcommands:
 * ``hardgrad plot [--out DIR]``: PNGs of every op's forward and backward per surrogate and
   of every estimator's gradient distribution on the Bernoulli toy
   (:mod:`hardgrad.bench.plots`).
-* ``hardgrad audit SCRIPT [ARGS ...]``: run a Python script (as ``python SCRIPT ARGS``)
-  under :func:`hardgrad.diagnostics.audit` and print where gradient flow dies or is
-  altered in it.
+* ``hardgrad audit [--all] [--ignore SPEC] SCRIPT [ARGS ...]``: run a Python script (as
+  ``python SCRIPT ARGS``) under :func:`hardgrad.diagnostics.audit` and print where gradient
+  flow dies in it: the problems, and with ``--all`` the notes too.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     sys.path.insert(0, str(script.resolve().parent))
     code = 0
     try:
-        with audit() as report:
+        with audit(ignore=args.ignore) as report:
             try:
                 runpy.run_path(str(script), run_name="__main__")
             except SystemExit as exit_:
@@ -260,7 +260,9 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 code = 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    print(report)
+    # Paths as the script was named: relative to here when it was given relative.
+    relative_to = None if script.is_absolute() else os.getcwd()
+    print(report.format(notes=args.all, relative_to=relative_to))
     return code
 
 
@@ -361,11 +363,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     auditing = commands.add_parser(
         "audit",
-        usage="hardgrad audit [-h] SCRIPT [ARGS ...]",
+        usage="hardgrad audit [-h] SCRIPT [ARGS ...]\n"
+        "       hardgrad audit [--all] [--ignore SPEC] SCRIPT [ARGS ...]",
         help="run a script under hardgrad.diagnostics.audit() and print the findings",
-        description="Run SCRIPT with ARGS (like `python SCRIPT ARGS`) and report every place "
-        "where gradient flow dies or is altered: zero-gradient ops, graph cuts, parameters "
-        "without gradient.",
+        description="Run SCRIPT with ARGS (like `python SCRIPT ARGS`) and report where "
+        "gradient flow dies: problems (something that should be trained gets no gradient: "
+        "the cause and a fix) by default, and with --all also the notes (deliberate "
+        "stop-gradients, straight-through tricks, values written through .data, parameters "
+        "that a problem leaves without gradient). Options go before SCRIPT; everything after "
+        "it is the script's. A line ending in `# hardgrad: ignore` or "
+        "`# hardgrad: ignore[KIND-OR-OP, ...]` is not reported.",
+    )
+    auditing.add_argument(
+        "--all",
+        action="store_true",
+        help="also print the notes, not only the problems",
+    )
+    auditing.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="leave out findings matching SPEC: a kind (graph_cut, zero_gradient, "
+        "no_gradient), an op (torch.round, round, Tensor.detach), FILE:LINE or FILE; "
+        "repeat it or separate several with commas",
     )
     auditing.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python script to run")
     auditing.add_argument(
