@@ -87,7 +87,7 @@ def audit(*, ignore: str | Iterable[str] | None = None) -> Iterator[AuditReport]
     """
     skip = normalise_ignore(ignore)
     report = AuditReport()
-    recorder = Recorder(report)
+    recorder = Recorder()
     module_hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.module_called)
     step_hook = register_optimizer_step_pre_hook(recorder.optimizer_step)
     mode = AuditMode(recorder)

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable
 
 from ._audit_ops import Family
-from ._audit_recorder import Leaf, Recorder, Site, grad_unchanged
+from ._audit_recorder import Leaf, Recorder, Site
 from ._audit_report import Finding, suppressed
 
 #: Which causes to name when several cut the same tensor off: the first tier that has one.
@@ -66,25 +66,6 @@ _DATA_SET_NOTES = {
         "straight-through) or hg.quantize(w, scale) for fake quantization",
     ),
 }
-
-
-def _outcomes(leaves: list[Leaf]) -> dict[int, str]:
-    """Leaf id -> ``"grad is None"`` (or unchanged by any backward in the block) or
-    ``"all-zero gradient"``, for the leaves that got no gradient."""
-    found: dict[int, str] = {}
-    for leaf in leaves:
-        t = leaf.tensor
-        grad = t.grad
-        if grad is None or grad_unchanged(t, leaf.grad_state):
-            found[id(t)] = "grad is None"
-            continue
-        try:
-            values = grad.coalesce().values() if grad.is_sparse else grad
-            if values.numel() and not bool(values.any()):
-                found[id(t)] = "all-zero gradient"
-        except RuntimeError:  # pragma: no cover - an exotic layout: count it as a gradient
-            pass
-    return found
 
 
 def _prioritise(sites: list[Site]) -> list[Site]:
@@ -141,15 +122,13 @@ class Judge:
     def __init__(self, recorder: Recorder) -> None:
         self.rec = recorder
         self._grad_params: set[int] | None = None
+        #: Tracked tensors that no backward in the block gave a gradient to (those made
+        #: after the last backward were never asked): "grad is None" or "all-zero gradient".
         self.untrained: dict[int, str] = {}
         if recorder.backward_seen:
-            self.untrained = _outcomes(
-                [
-                    leaf
-                    for key, leaf in recorder.leaves.items()
-                    if key not in recorder.grad_inputs and leaf.tensor.requires_grad
-                ]
-            )
+            for key, leaf in recorder.open.items():
+                if leaf.exposed and key not in recorder.grad_inputs and leaf.tensor.requires_grad:
+                    self.untrained[key] = "all-zero gradient" if leaf.touched else "grad is None"
         self.problems: dict[Site, set[int]] = {}
         self.details: dict[Site, str] = {}
         self.explained: dict[int, list[Site]] = {}
@@ -346,6 +325,20 @@ class Judge:
                 1,
                 f"a consequence of the problem at {where}: fixing that fixes this",
                 "note",
+            )
+        if outcome == "all-zero gradient":
+            # Nothing watched cut it: a zero-initialised layer after it (LoRA's B, ReZero),
+            # dead ReLUs, a clamp... Worth knowing, not a broken path.
+            return Finding(
+                "no_gradient",
+                op,
+                leaf.location,
+                1,
+                "check what lies between it and the loss: a layer initialised to zero after "
+                "it (which moves after a step), dead ReLUs, a saturated clamp",
+                "note",
+                "every backward in the block gave it an all-zero gradient; no watched call "
+                "cut it off",
             )
         if leaf.origin == "module":
             fix = "it does not reach the loss: check for a layer that is never called, or a graph cut above"

@@ -275,3 +275,34 @@ def is_zero_node(node: Any) -> bool:
     return type(node).__name__.startswith(ZERO_NODE_PREFIXES) and not isinstance(
         node, torch.autograd.function.BackwardCFunction
     )
+
+
+def distribution_tensors(dist: Any) -> list[torch.Tensor]:
+    """The tensors that require grad among a distribution's attributes (one level into a
+    wrapped ``base_dist``)."""
+    found: dict[int, torch.Tensor] = {}
+    for owner in (dist, getattr(dist, "base_dist", None)):
+        for value in getattr(owner, "__dict__", {}).values():
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                found[id(value)] = value
+    return list(found.values())
+
+
+def hard_values(value: Any) -> str | None:
+    """What a tensor written through ``.data`` holds: ``"sign"`` (only -1, 0 and 1, some
+    -1), ``"scaled sign"`` (+-alpha per output row, XNOR-Net's alpha * sign(W)),
+    ``"integer"`` (whole numbers beyond 0 and 1), else None."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() < 2:
+        return None
+    v = value.detach()
+    if not bool(torch.isfinite(v).all()):
+        return None
+    if bool(((v == 1) | (v == -1) | (v == 0)).all()) and bool((v == -1).any()):
+        return "sign"
+    if bool((v == torch.round(v)).all()) and bool(((v != 0) & (v != 1)).any()):
+        return "integer"
+    magnitude = v.abs()
+    rows = magnitude.reshape(magnitude.shape[0], -1) if v.dim() > 1 else magnitude.reshape(1, -1)
+    if rows.shape[1] > 1 and bool((rows == rows.amax(dim=1, keepdim=True)).all()):
+        return "scaled sign"
+    return None

@@ -1,24 +1,26 @@
 """The watcher behind :func:`hardgrad.diagnostics.audit`: what it records while the block
-runs (``_AuditMode``, the module and optimizer hooks) and how it decides at each backward.
+runs (:class:`AuditMode`, the module and optimizer hooks) and how it decides at each
+backward.
 
-While the block runs, a call that can lose a gradient (a ``round``, a ``detach``, an
-``argmax``... on a tensor that requires grad, made by your code) becomes a *site*
-(``file:line`` and op) with a pending occurrence that holds where its input came from.
-At the next backward the occurrence is resolved against the graph of the loss: did the
-input reach the loss by a gradient path anyway (a straight-through estimator, a
-stop-gradient in a VQ loss)? did the loss's gradient run into a zero derivative? which
-trainable tensors lie behind it? When the block ends, the sites are judged against what
-each trainable tensor actually got (see :mod:`._audit_judge`).
+A call that can lose a gradient (a ``round``, a ``detach``, an ``argmax``... on a tensor
+that requires grad, made by your code) becomes a *site* (``file:line`` and op) with a
+pending occurrence that holds where its inputs came from and the trainable tensors behind
+them. At the next backward the occurrence is resolved against the graph of the loss: did
+an input reach the loss by a gradient path anyway (a straight-through estimator, a VQ
+loss's stop-gradient)? did the loss's gradient run into a zero derivative? After each
+backward, the tracked tensors that got a gradient are crossed off. When the block ends the
+sites are judged against what was left (:mod:`._audit_judge`).
+
+The watcher never changes what runs: its own bookkeeping is guarded, so a failure there
+can only cost a finding, never your call.
 """
 
 from __future__ import annotations
 
-import linecache
-import os
-import re
+import contextlib
 import sys
-import sysconfig
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
@@ -26,30 +28,11 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from . import _audit_frames as frames
 from . import _audit_ops as ops
 from ._audit_graph import end_of, leaves_below, reach, straight_through_parts
 from ._audit_ops import Family
-from ._audit_report import AuditReport
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_HARDGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_OPS_DIR = os.path.join(_HARDGRAD_DIR, "ops") + os.sep
-_DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
-_FUNCTION_FILE = os.path.join(_TORCH_DIR, "autograd", "function.py")
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_LIBRARY_DIRS = tuple(
-    {_TORCH_DIR, _HARDGRAD_DIR}
-    | {
-        os.path.abspath(path) + os.sep
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (path := sysconfig.get_paths().get(key))
-    }
-)
-_PLUMBING = {
-    os.path.join(_TORCH_DIR, "overrides.py"),
-    os.path.join(_TORCH_DIR, "_tensor.py"),
-    os.path.join(_TORCH_DIR, "utils", "_device.py"),
-}
 #: How many occurrences of one site are resolved against a backward; later ones are only
 #: counted (the verdict is stable after a few steps, and a long run stays cheap).
 MAX_RESOLUTIONS = 3
@@ -57,83 +40,15 @@ MAX_RESOLUTIONS = 3
 #: tensors behind it: the layers of a network that share one line of code stay apart,
 #: the batches of an evaluation loop without backward do not pile up).
 MAX_PENDING = 256
-_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=[^=]")
-_REQUIRES = re.compile(r"([A-Za-z_][\w.]*)\.requires_grad(?:_\(|\s*=)")
+NO_GRAD_HINT = (
+    "move the call out of torch.no_grad() if it should be trained; if it is frozen on "
+    "purpose, call .requires_grad_(False) on it or leave its parameters out of the optimizer"
+)
+#: Calls that only read or copy a tensor: on a parameter outside a module's forward they
+#: are set-up, logging or an EMA, not a cut in the model.
+_BOOKKEEPING = {Family.DETACH, Family.DATA_GET, Family.LOG}
 
-_path_cache: dict[str, str] = {}
-
-
-def _category(filename: str) -> str:
-    """``"plumbing"``, ``"library"`` (torch, hardgrad, the standard library, installed
-    packages) or ``"user"`` for a code file name (cached)."""
-    known = _path_cache.get(filename)
-    if known is None:
-        if filename.startswith("<frozen"):
-            known = "library"
-        else:
-            path = os.path.abspath(filename)
-            if path in _PLUMBING or path.startswith(_HERE):
-                known = "plumbing"
-            elif path.startswith(_LIBRARY_DIRS):
-                known = "library"
-            else:
-                known = "user"
-        _path_cache[filename] = known
-    return known
-
-
-def _past_plumbing(frame: FrameType | None) -> FrameType | None:
-    while frame is not None and _category(frame.f_code.co_filename) == "plumbing":
-        frame = frame.f_back
-    return frame
-
-
-def _first_user(frame: FrameType | None) -> FrameType | None:
-    while frame is not None and _category(frame.f_code.co_filename) != "user":
-        frame = frame.f_back
-    return frame
-
-
-def _where(frame: FrameType) -> str:
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def _inside(frame: FrameType | None, prefix: str) -> bool:
-    """Whether a frame above ``frame`` runs code from a file starting with ``prefix``."""
-    parent = frame.f_back if frame is not None else None
-    while parent is not None:
-        if os.path.abspath(parent.f_code.co_filename).startswith(prefix):
-            return True
-        parent = parent.f_back
-    return False
-
-
-def _grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[torch.Tensor]:
-    found = []
-    for i in positions:
-        value = args[i] if i < len(args) else None
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            found.append(value)
-    for value in kwargs.values():
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            found.append(value)
-    return found
-
-
-def _distribution_tensors(dist: Any) -> list[torch.Tensor]:
-    """The tensors that require grad among a distribution's attributes (one level into a
-    wrapped ``base_dist``)."""
-    found: dict[int, torch.Tensor] = {}
-    for owner in (dist, getattr(dist, "base_dist", None)):
-        for value in getattr(owner, "__dict__", {}).values():
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                found[id(value)] = value
-    return list(found.values())
-
-
-def _name_on_line(filename: str, line: int, pattern: re.Pattern[str]) -> str | None:
-    match = pattern.search(linecache.getline(filename, line))
-    return match[1] if match else None
+Post = Callable[[Any], None]
 
 
 @dataclass(eq=False)
@@ -159,7 +74,7 @@ class Site:
     starved: dict[int, torch.Tensor] = field(default_factory=dict)
     upstream: set[tuple[Any, ...]] = field(default_factory=set)
     trick: tuple[bool, str | None] | None = None  # detach trick, and the hard op
-    values: str | None = None  # what a ``.data =`` wrote: "sign" or "integer"
+    values: str | None = None  # what a ``.data =`` wrote: "sign", "scaled sign", "integer"
     module: torch.nn.Module | None = None  # a module called under no_grad
 
     @property
@@ -179,6 +94,9 @@ class Pending:
     upstream: set[tuple[Any, ...]]
 
 
+GradState = tuple["weakref.ref[torch.Tensor]", int] | None
+
+
 @dataclass(eq=False)
 class Leaf:
     """A tensor that requires grad and should get a gradient from a backward."""
@@ -188,32 +106,46 @@ class Leaf:
     location: str
     order: int
     origin: str  # "module", "tensor", "optimizer" or "seen"
-    grad_state: tuple[weakref.ref[torch.Tensor], int] | None
     from_no_grad: bool = False
+    state: GradState = None  # its .grad when last looked at
+    exposed: bool = False  # a backward ran while it was tracked
+    touched: bool = False  # a backward changed its .grad (to all zeros, since it is open)
 
 
-def grad_state(t: torch.Tensor) -> tuple[weakref.ref[torch.Tensor], int] | None:
+def grad_state(t: torch.Tensor) -> GradState:
     """The ``.grad`` a tensor has now (a weak reference: ids are reused once a grad set to
     None is freed) and its version, to tell later whether a backward touched it."""
     grad = t.grad
     return None if grad is None else (weakref.ref(grad), grad._version)
 
 
-def grad_unchanged(t: torch.Tensor, state: tuple[weakref.ref[torch.Tensor], int] | None) -> bool:
+def grad_changed(t: torch.Tensor, state: GradState) -> bool:
     grad = t.grad
     if grad is None:
-        return True
-    return state is not None and state[0]() is grad and grad._version == state[1]
+        return False
+    return state is None or state[0]() is not grad or grad._version != state[1]
+
+
+def _grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[torch.Tensor]:
+    found = []
+    for i in positions:
+        value = args[i] if i < len(args) else None
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            found.append(value)
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            found.append(value)
+    return found
 
 
 class Recorder:
-    def __init__(self, report: AuditReport) -> None:
-        self.report = report
+    def __init__(self) -> None:
         self.sites: dict[tuple[Any, ...], Site] = {}
         self.pending: dict[tuple[Any, ...], Pending] = {}
         #: Output nodes of pending zero-derivative ops (node id -> (node, site key)).
         self.zero_outs: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         self.leaves: dict[int, Leaf] = {}
+        self.open: dict[int, Leaf] = {}  # leaves that have not had a gradient yet
         self.unread: list[Leaf] = []  # leaves whose .grad is read before the next backward
         #: Modules whose parameters are known (id -> known only from a no_grad call).
         self.covered: dict[int, bool] = {}
@@ -225,7 +157,7 @@ class Recorder:
         self.optimizers: set[int] = set()
         self.grad_inputs: set[int] = set()
         self.backward_seen = False  # a backward that fills .grad ran
-        self.any_backward = False  # ... or torch.autograd.grad
+        self.any_backward = False  # ... or torch.autograd.grad was called
         self.failures: list[str] = []
         self.last_sample: FrameType | None = None
         self._inside_hardgrad: dict[CodeType, bool] = {}
@@ -246,19 +178,19 @@ class Recorder:
 
     def record(
         self, family: Family, op: str, location: str, suggestion: str, ends: list[Any], out: Any
-    ) -> Site:
+    ) -> None:
         found = self.site(family, op, location, suggestion)
         found.count += 1
-        if found.resolutions < MAX_RESOLUTIONS:
-            leaves, upstream = leaves_below(ends, self.zero_outs)
-            key = (found.key, frozenset(leaves))
-            self.drop(key)
-            self.pending[key] = Pending(found, ends, out, leaves, upstream)
-            if out is not None:
-                self.zero_outs[id(out)] = (out, found.key)
-            if len(self.pending) > MAX_PENDING:
-                self.drop(next(iter(self.pending)))
-        return found
+        if found.resolutions >= MAX_RESOLUTIONS:
+            return
+        leaves, upstream = leaves_below(ends, self.zero_outs)
+        key = (found.key, frozenset(leaves))
+        self.drop(key)
+        self.pending[key] = Pending(found, ends, out, leaves, upstream)
+        if out is not None:
+            self.zero_outs[id(out)] = (out, found.key)
+        if len(self.pending) > MAX_PENDING:
+            self.drop(next(iter(self.pending)))
 
     def drop(self, key: tuple[Any, ...]) -> None:
         old = self.pending.pop(key, None)
@@ -271,92 +203,104 @@ class Recorder:
         cached per code object."""
         known = self._inside_hardgrad.get(frame.f_code)
         if known is None:
-            known = self._inside_hardgrad[frame.f_code] = _inside(frame, _OPS_DIR)
+            known = self._inside_hardgrad[frame.f_code] = frames.inside(frame, frames.OPS_DIR)
         return known
 
     # -- calls -----------------------------------------------------------------------------
     def handle(
         self, family: Family, func: Any, args: Any, kwargs: Any, frame: FrameType | None
     ) -> Any:
+        """Call ``func`` once, unchanged; look before and after (never failing it)."""
+        try:
+            post = self.before(family, func, args, kwargs, frame)
+        except Exception:  # the watcher's own failure: a finding lost, never the call
+            post = None
+        result = func(*args, **kwargs)
+        if post is not None:
+            with contextlib.suppress(Exception):
+                post(result)
+        return result
+
+    def before(
+        self, family: Family, func: Any, args: Any, kwargs: Any, frame: FrameType | None
+    ) -> Post | None:
         if family is Family.BACKWARD:
-            return self.backward(func, args, kwargs, frame)
+            return self.backward(args, kwargs, frame)
         if family is Family.GRAD:
-            return self.autograd_grad(func, args, kwargs)
+            self.autograd_grad(args, kwargs)
+            return None
         if family is Family.REQUIRES_GRAD:
-            result = func(*args, **kwargs)
             wanted = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
             if args and isinstance(args[0], torch.Tensor) and wanted is True:
-                self.tensor_born(args[0], frame, _REQUIRES)
-            return result
+                tensor = args[0]
+                return lambda _: self.tensor_born(tensor, frame, frames.REQUIRES)
+            return None
         if family in (Family.SAMPLE, Family.SAMPLE_PRIMITIVE):
             return self.sample(family, func, args, kwargs, frame)
         if family is Family.DATA_SET:
-            return self.data_set(func, args, kwargs, frame)
+            return self.data_set(func, args, frame)
         if not torch.is_grad_enabled():
-            return func(*args, **kwargs)
-        positions = (0, 1) if family is Family.COMPARE else (0,)
-        inputs = _grad_tensors(args, {}, positions)
-        if not inputs:
-            return func(*args, **kwargs)
-        if family is Family.CAST and not ops.casts_to_non_float(func, args, kwargs):
-            return func(*args, **kwargs)
-        user = self.user_frame(frame, func)
-        if user is None or self.hardgrad_callable(user):
-            return func(*args, **kwargs)
-        ends = [end_of(t) for t in inputs]
-        result = func(*args, **kwargs)
-        if family is Family.TUPLE_INDEX and not isinstance(result, tuple):
-            return result
-        out = None
-        if family is Family.ZERO and isinstance(result, torch.Tensor):
-            out = result.grad_fn
-        self.record(
-            family,
-            ops.op_label(family, func),
-            _where(user),
-            ops.suggestion(family, func),
-            ends,
-            out,
-        )
-        return result
-
-    def user_frame(self, frame: FrameType | None, func: Any) -> FrameType | None:
-        """The user's frame that made the call, or None when torch, hardgrad or another
-        installed library made it."""
-        frame = _past_plumbing(frame)
-        code = getattr(func, "__code__", None)
-        if frame is not None and code is not None and frame.f_code is code:
-            frame = _past_plumbing(frame.f_back)
-        if frame is None or _category(frame.f_code.co_filename) != "user":
             return None
-        return frame
+        inputs = _grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
+        if not inputs:
+            return None
+        if family is Family.CAST and not ops.casts_to_non_float(func, args, kwargs):
+            return None
+        user = frames.caller(frame, func)
+        if user is None or self.hardgrad_callable(user):
+            return None
+        if (
+            family in _BOOKKEEPING
+            and all(isinstance(t, torch.nn.Parameter) for t in inputs)
+            and not frames.in_module_forward(user)
+        ):
+            return None  # a parameter read outside a forward: set-up, logging, an EMA
+        ends = [end_of(t) for t in inputs]
+        location = frames.where(user)
+
+        def after(result: Any) -> None:
+            if family is Family.TUPLE_INDEX and not isinstance(result, tuple):
+                return
+            out = result.grad_fn if isinstance(result, torch.Tensor) else None
+            label, hint = ops.op_label(family, func), ops.suggestion(family, func)
+            self.record(family, label, location, hint, ends, out if family is Family.ZERO else None)
+
+        return after
 
     def sample(
         self, family: Family, func: Any, args: Any, kwargs: Any, frame: FrameType | None
-    ) -> Any:
-        caller = _past_plumbing(frame)
-        if caller is not None and caller.f_code.co_filename.startswith(_DISTRIBUTIONS_DIR):
-            self.distribution_sample(caller)
-            return func(*args, **kwargs)
+    ) -> Post | None:
+        near = frames.past_plumbing(frame)
+        if near is not None and near.f_code.co_filename.startswith(frames.DISTRIBUTIONS_DIR):
+            self.distribution_sample(near)
+            return None
         if family is Family.SAMPLE_PRIMITIVE:
-            return func(*args, **kwargs)
-        inputs = _grad_tensors(args, kwargs, (1,) if ops.raw_name(func) == "bernoulli_" else (0,))
-        user = self.user_frame(frame, func) if inputs else None
-        if user is None or self.hardgrad_callable(user) or _inside(user, _FUNCTION_FILE):
-            return func(*args, **kwargs)
+            return None
+        positions = (1,) if ops.raw_name(func) == "bernoulli_" else (0,)
+        inputs = _grad_tensors(args, kwargs, positions)
+        user = frames.caller(frame, func) if inputs else None
+        if (
+            user is None
+            or self.hardgrad_callable(user)
+            or frames.inside(user, frames.FUNCTION_FILE)
+        ):
+            return None
         ends = [end_of(t) for t in inputs]
-        result = func(*args, **kwargs)
-        out = result.grad_fn if isinstance(result, torch.Tensor) else None
-        self.record(family, ops.op_label(family, func), _where(user), ops.SAMPLE_HINT, ends, out)
-        return result
+        location, label = frames.where(user), ops.op_label(family, func)
 
-    def distribution_sample(self, caller: FrameType) -> None:
+        def after(result: Any) -> None:
+            out = result.grad_fn if isinstance(result, torch.Tensor) else None
+            self.record(family, label, location, ops.SAMPLE_HINT, ends, out)
+
+        return after
+
+    def distribution_sample(self, near: FrameType) -> None:
         """A torch.distributions sampler is drawing: when the user called ``.sample()`` on
         a distribution whose parameters require grad, record it (once per call)."""
         outer: FrameType | None = None
-        frame: FrameType | None = caller
-        while frame is not None and _category(frame.f_code.co_filename) != "user":
-            if frame.f_code.co_filename.startswith(_DISTRIBUTIONS_DIR):
+        frame: FrameType | None = near
+        while frame is not None and frames.category(frame.f_code.co_filename) != "user":
+            if frame.f_code.co_filename.startswith(frames.DISTRIBUTIONS_DIR):
                 outer = frame
             frame = frame.f_back
         if outer is None or frame is None or outer.f_code.co_name not in ("sample", "sample_n"):
@@ -364,90 +308,77 @@ class Recorder:
         if outer is self.last_sample:
             return
         self.last_sample = outer
-        if self.hardgrad_callable(frame) or _inside(frame, _FUNCTION_FILE):
+        if self.hardgrad_callable(frame) or frames.inside(frame, frames.FUNCTION_FILE):
             return
         dist = outer.f_locals.get("self")
-        inputs = _distribution_tensors(dist)
-        if not inputs:
-            return
-        op = f"{type(dist).__name__}.sample"
-        self.record(
-            Family.SAMPLE,
-            op,
-            _where(frame),
-            ops.DIST_SAMPLE_HINT,
-            [end_of(t) for t in inputs],
-            None,
-        )
+        inputs = ops.distribution_tensors(dist)
+        if inputs:
+            ends = [end_of(t) for t in inputs]
+            label = f"{type(dist).__name__}.sample"
+            self.record(Family.SAMPLE, label, frames.where(frame), ops.DIST_SAMPLE_HINT, ends, None)
 
-    def data_set(self, func: Any, args: Any, kwargs: Any, frame: FrameType | None) -> Any:
-        """``x.data = value`` on a tensor that requires grad: autograd never sees the op
-        that made ``value``. Noted when the values are hard (a sign or a rounding)."""
-        result = func(*args, **kwargs)
+    def data_set(self, func: Any, args: Any, frame: FrameType | None) -> Post | None:
+        """``w.data = value`` on a parameter (or an activation) that requires grad: autograd
+        never sees the op that made ``value``. Noted when the values are hard."""
         if len(args) < 2 or not isinstance(args[0], torch.Tensor) or not args[0].requires_grad:
-            return result
-        user = self.user_frame(frame, func)
-        if user is None or _inside(user, _FUNCTION_FILE):
-            return result
-        location = _where(user)
-        key = (Family.DATA_SET, "Tensor.data =", location)
-        found = self.sites.get(key)
+            return None
+        target = args[0]
+        if not (isinstance(target, torch.nn.Parameter) or target.grad_fn is not None):
+            return None  # a plain leaf: an adversarial perturbation, an input...
+        user = frames.caller(frame, func)
+        if user is None or frames.inside(user, frames.FUNCTION_FILE):
+            return None
+        location = frames.where(user)
+        found = self.sites.get((Family.DATA_SET, "Tensor.data =", location))
         if found is None:
-            values = _hard_values(args[1])
+            values = ops.hard_values(args[1])
             if values is None:
-                return result
+                return None
             found = self.site(Family.DATA_SET, "Tensor.data =", location, "")
             found.values = values
         found.count += 1
-        return result
+        return None
 
-    def tensor_born(
-        self, t: torch.Tensor, frame: FrameType | None, pattern: re.Pattern[str]
-    ) -> None:
+    def tensor_born(self, t: torch.Tensor, frame: FrameType | None, pattern: Any) -> None:
         """A leaf that requires grad was made by user code (``requires_grad=True`` or
         ``requires_grad_()``): it should get a gradient once a backward runs."""
         if not (t.requires_grad and t.grad_fn is None) or isinstance(t, torch.nn.Parameter):
             return
-        user = _past_plumbing(frame)
-        if user is None or _category(user.f_code.co_filename) != "user":
+        user = frames.past_plumbing(frame)
+        if user is None or frames.category(user.f_code.co_filename) != "user":
             return
-        name = _name_on_line(user.f_code.co_filename, user.f_lineno, pattern)
-        label = f"tensor {name}" if name else f"tensor of shape {tuple(t.shape)}"
         known = self.leaves.get(id(t))
         if known is not None and known.tensor is t:
             return
-        self.add_leaf(Leaf(t, label, _where(user), self._next(), "tensor", None))
+        name = frames.name_on_line(user.f_code.co_filename, user.f_lineno, pattern)
+        label = f"tensor {name}" if name else f"tensor of shape {tuple(t.shape)}"
+        self.add_leaf(Leaf(t, label, frames.where(user), self._next(), "tensor"))
 
     # -- backward --------------------------------------------------------------------------
-    def backward(self, func: Any, args: Any, kwargs: Any, frame: FrameType | None) -> Any:
+    def backward(self, args: Any, kwargs: Any, frame: FrameType | None) -> Post:
         first = args[0] if args else kwargs.get("tensors")
         roots = [first] if isinstance(first, torch.Tensor) else list(first or ())
         roots = [r for r in roots if isinstance(r, torch.Tensor)]
         ok = any(r.requires_grad for r in roots)
-        if self.unread:
-            self.read_grads()
+        self.read_grads()
         self.any_backward = True
         if not ok:
-            user = _first_user(_past_plumbing(frame))
-            self.failures.append(_where(user) if user is not None else "?")
+            user = frames.first_user(frames.past_plumbing(frame))
+            self.failures.append(frames.where(user) if user is not None else "?")
         if self.pending:
             self.resolve(roots if ok else [], failed=not ok)
-        result = func(*args, **kwargs)
-        self.backward_seen = True
-        return result
+        return self.observe
 
-    def autograd_grad(self, func: Any, args: Any, kwargs: Any) -> Any:
+    def autograd_grad(self, args: Any, kwargs: Any) -> None:
         outputs = args[0] if args else kwargs.get("outputs")
         inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
         roots = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
         targets = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs or ())
         self.grad_inputs.update(id(t) for t in targets if isinstance(t, torch.Tensor))
-        if self.unread:
-            self.read_grads()
+        self.read_grads()
         self.any_backward = True
         if self.pending:
             self.resolve([r for r in roots if isinstance(r, torch.Tensor)], failed=False)
-        return func(*args, **kwargs)
 
     def resolve(self, roots: list[torch.Tensor], *, failed: bool) -> None:
         """Decide the pending occurrences against the graph of ``roots``."""
@@ -476,32 +407,72 @@ class Recorder:
             for leaf in p.leaves.values():
                 if id(leaf) not in self.leaves:
                     label = f"tensor of shape {tuple(leaf.shape)}"
-                    self.add_leaf(Leaf(leaf, label, site.location, self._next(), "seen", None))
+                    self.add_leaf(Leaf(leaf, label, site.location, self._next(), "seen"))
 
-    # -- modules and optimizers ------------------------------------------------------------
+    def observe(self, _result: Any) -> None:
+        """After a backward: cross off the tracked tensors that got a gradient."""
+        self.backward_seen = True
+        for key, leaf in list(self.open.items()):
+            leaf.exposed = True
+            t = leaf.tensor
+            if not grad_changed(t, leaf.state):
+                continue
+            grad = t.grad
+            assert grad is not None
+            values = grad.coalesce().values() if grad.is_sparse else grad
+            if values.numel() == 0 or bool(values.any()):
+                del self.open[key]
+            else:
+                leaf.touched = True
+                leaf.state = grad_state(t)
+
+    # -- tensors, modules and optimizers ---------------------------------------------------
+    def add_leaf(self, leaf: Leaf) -> None:
+        """Track a tensor that should get a gradient; what its ``.grad`` is now is read
+        before the next backward (or now, when one ran already)."""
+        self.leaves[id(leaf.tensor)] = leaf
+        self.open[id(leaf.tensor)] = leaf
+        if self.any_backward:
+            leaf.state = grad_state(leaf.tensor)
+        else:
+            self.unread.append(leaf)
+
+    def read_grads(self) -> None:
+        """Called inside the watcher (where ``.grad`` costs no dispatch) before a backward."""
+        for leaf in self.unread:
+            leaf.state = grad_state(leaf.tensor)
+        self.unread.clear()
+
     def module_called(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if torch.is_grad_enabled():
-            if id(module) in self.grad_modules:
-                return
-            self.grad_modules[id(module)] = module
-            if self.covered.get(id(module)) is False:  # its parameters are known already
-                return
-            self.register_module(module, sys._getframe(1), from_no_grad=False)
-            return
+        try:
+            if torch.is_grad_enabled():
+                if id(module) not in self.grad_modules:
+                    self.grad_modules[id(module)] = module
+                    if self.covered.get(id(module)) is not False:
+                        self.register_module(module, sys._getframe(1), from_no_grad=False)
+            else:
+                self.no_grad_call(module)
+        except Exception:  # pragma: no cover - never fail the user's forward
+            pass
+
+    def no_grad_call(self, module: torch.nn.Module) -> None:
         found = self.no_grad_sites.get(id(module))
         if found is not None:
             found.count += 1
             return
-        frame = _first_user(sys._getframe(1))
-        if frame is None or _inside(frame, _HARDGRAD_DIR) or _inside(frame, _FUNCTION_FILE):
-            return
-        if not any(p.requires_grad for p in module.parameters()):
+        frame = frames.first_user(sys._getframe(2))
+        if (
+            frame is None
+            or frames.inside(frame, frames.HARDGRAD_DIR)
+            or frames.inside(frame, frames.FUNCTION_FILE)
+            or not any(p.requires_grad for p in module.parameters())
+        ):
             return
         op = f"{type(module).__name__} called under torch.no_grad()"
         found = Site(
-            Family.NO_GRAD_CALL, "graph_cut", op, _where(frame), NO_GRAD_HINT, self._next(), count=1
+            Family.NO_GRAD_CALL, "graph_cut", op, frames.where(frame), NO_GRAD_HINT, self._next()
         )
-        found.module = module
+        found.count, found.module = 1, module
         self.no_grad_sites[id(module)] = found
         if id(module) not in self.covered:
             self.register_module(module, frame, from_no_grad=True)
@@ -514,8 +485,8 @@ class Recorder:
         if not module._parameters and not module._modules:  # ReLU, Dropout...: nothing
             self.covered[id(module)] = False
             return
-        user = _first_user(frame)
-        where = _where(user) if user is not None else "?"
+        user = frames.first_user(frame)
+        where = frames.where(user) if user is not None else "?"
         name = type(module).__name__
         subs = module.named_modules() if module._modules else [("", module)]
         for prefix, sub in subs:
@@ -533,63 +504,28 @@ class Recorder:
                     if known.origin != "module":
                         known.label, known.origin = label, "module"
                     continue
-                self.add_leaf(Leaf(p, label, where, self._next(), "module", None, from_no_grad))
-
-    def add_leaf(self, leaf: Leaf) -> None:
-        """Track a tensor that should get a gradient; what its ``.grad`` is now is read
-        before the next backward (or now, when one ran already)."""
-        self.leaves[id(leaf.tensor)] = leaf
-        if self.any_backward:
-            leaf.grad_state = grad_state(leaf.tensor)
-        else:
-            self.unread.append(leaf)
-
-    def read_grads(self) -> None:
-        """Called inside the watcher (where ``.grad`` costs no dispatch) before a backward."""
-        for leaf in self.unread:
-            leaf.grad_state = grad_state(leaf.tensor)
-        self.unread.clear()
+                self.add_leaf(Leaf(p, label, where, self._next(), "module", from_no_grad))
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
-        if id(optimizer) in self.optimizers:
-            return
-        self.optimizers.add(id(optimizer))
-        user = _first_user(sys._getframe(1))
-        where = _where(user) if user is not None else "?"
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if not isinstance(p, torch.Tensor) or not p.requires_grad:
-                    continue
-                self.stepped[id(p)] = p
-                if id(p) not in self.leaves:
-                    label = f"{type(optimizer).__name__} parameter of shape {tuple(p.shape)}"
-                    self.leaves[id(p)] = Leaf(p, label, where, self._next(), "optimizer", None)
-
-
-NO_GRAD_HINT = (
-    "move the call out of torch.no_grad() if it should be trained; if it is frozen on "
-    "purpose, call .requires_grad_(False) on it or leave its parameters out of the optimizer"
-)
-
-
-def _hard_values(value: Any) -> str | None:
-    """What a tensor written through ``.data`` holds: ``"sign"`` (only -1, 0 and 1, some
-    -1), ``"scaled sign"`` (+-alpha per output row, XNOR-Net's alpha * sign(W)),
-    ``"integer"`` (whole numbers beyond 0 and 1), else None."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() < 2:
-        return None
-    v = value.detach()
-    if not bool(torch.isfinite(v).all()):
-        return None
-    if bool(((v == 1) | (v == -1) | (v == 0)).all()) and bool((v == -1).any()):
-        return "sign"
-    if bool((v == torch.round(v)).all()) and bool(((v != 0) & (v != 1)).any()):
-        return "integer"
-    magnitude = v.abs()
-    rows = magnitude.reshape(magnitude.shape[0], -1) if v.dim() > 1 else magnitude.reshape(1, -1)
-    if rows.shape[1] > 1 and bool((rows == rows.amax(dim=1, keepdim=True)).all()):
-        return "scaled sign"
-    return None
+        try:
+            if id(optimizer) in self.optimizers:
+                return
+            self.optimizers.add(id(optimizer))
+            user = frames.first_user(sys._getframe(1))
+            where = frames.where(user) if user is not None else "?"
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if not isinstance(p, torch.Tensor) or not p.requires_grad:
+                        continue
+                    self.stepped[id(p)] = p
+                    if id(p) not in self.leaves:
+                        label = f"{type(optimizer).__name__} parameter of shape {tuple(p.shape)}"
+                        leaf = Leaf(p, label, where, self._next(), "optimizer", exposed=True)
+                        self.add_leaf(leaf)
+                        if p.grad is not None and bool(p.grad.any()):  # it had one: trained
+                            del self.open[id(p)]
+        except Exception:  # pragma: no cover - never fail the user's step
+            pass
 
 
 class AuditMode(TorchFunctionMode):
@@ -617,7 +553,8 @@ class AuditMode(TorchFunctionMode):
             if kwargs.get("requires_grad") is True:
                 result = func(*args, **kwargs)
                 if isinstance(result, torch.Tensor):
-                    self.recorder.tensor_born(result, sys._getframe(1), _ASSIGNED)
+                    with contextlib.suppress(Exception):  # never fail the user's call
+                        self.recorder.tensor_born(result, sys._getframe(1), frames.ASSIGNED)
                 return result
             return func(*args, **kwargs)
         return self.recorder.handle(family, func, args, kwargs or {}, sys._getframe(1))
