@@ -12,6 +12,7 @@ import os
 import runpy
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -527,3 +528,20 @@ def test_hg_ops_are_never_findings() -> None:
         )
     assert report.findings == [], report.format(notes=True)
     assert os.path.basename(__file__) == THIS_FILE.name
+
+
+def combined(heads: nn.ModuleList, x: Tensor) -> Tensor:
+    losses = [head(x).square().mean() for head in heads]
+    return torch.tensor(losses).sum() + x.sum()  # <copy>
+
+
+def test_torch_tensor_of_tensors_is_a_cut_at_its_line() -> None:
+    heads = nn.ModuleList(nn.Linear(3, 1) for _ in range(2))
+    x = torch.randn(4, 3, requires_grad=True)
+    with audit() as report, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about the scalars it copies
+        train(lambda: combined(heads, x), list(heads.parameters()))
+    (problem,) = report.problems
+    assert problem.line == line_of(combined, "copy") and problem.kind == "graph_cut"
+    assert problem.op == "torch.tensor (copy without graph)" and "torch.stack" in problem.suggestion
+    assert "Linear.weight (1, 3)" in problem.detail  # two Linear layers: told apart by shape

@@ -19,6 +19,7 @@ import io
 import json
 import random
 import runpy
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +46,13 @@ def tag_lines(path: Path) -> dict[str, int]:
 
 
 def run_model(path: Path) -> AuditReport:
-    """Run a corpus script as ``__main__`` under audit(), quietly, leaving the global
-    random states as they were."""
+    """Run a corpus script as ``__main__`` under audit(), quietly (its prints, and the
+    warnings torch gives user code such as ``torch.tensor(list_of_tensors)``), leaving the
+    global random states as they were."""
     state = random.getstate()
     quiet = contextlib.redirect_stdout(io.StringIO())
-    with torch.random.fork_rng(), quiet, audit() as report:
+    with torch.random.fork_rng(), quiet, warnings.catch_warnings(), audit() as report:
+        warnings.simplefilter("ignore")
         runpy.run_path(str(path), run_name="__main__")
     random.setstate(state)
     return report

@@ -4,8 +4,10 @@ r"""Diagnostics: exact gradients, estimator quality on your objective.
 * :func:`gradient_samples`: independent draws of an estimator's gradient;
 * :func:`compare`: bias, spread, cosine, SNR, MSE and cost of several estimators against
   the exact gradient (a :class:`Comparison`);
-* :func:`audit`: a context manager that reports where gradient flow dies or is altered in
-  your forward and backward, with your ``file:line`` and a suggestion;
+* :func:`audit`: a context manager that reports where gradient flow dies in your training
+  step, with your ``file:line``: *problems* (something that should be trained gets no
+  gradient, with the cause and a fix that keeps your estimator) and *notes* (deliberate
+  stop-gradients and the like);
 * :func:`probe`: autograd's derivative at chosen points next to the one-sided difference
   quotients, with kinks and autograd's convention there.
 

@@ -23,13 +23,15 @@ Kinds:
   ``torch.eq``...), whose bool result has no gradient;
 * ``"graph_cut"``: an op whose result cannot carry a gradient back: ``argmax``/``argmin``/
   ``argsort``/``sort``/``topk``/``max(dim)`` indices, integer or bool casts, ``.detach()``,
-  ``x.data``, ``.item()``/``.tolist()``/``.numpy()``, random draws (``torch.bernoulli``,
+  ``x.data``, ``.item()``/``.tolist()``/``.numpy()``, ``torch.tensor(...)`` copies of
+  tensors, random draws (``torch.bernoulli``,
   ``torch.multinomial``, ``torch.poisson``, ``Tensor.bernoulli_``, a distribution's
   ``.sample()``), a module called under ``torch.no_grad()``;
-* ``"no_gradient"``: after a backward inside the block, a tensor that requires grad (a
-  parameter of a module called in the block, a tensor made with ``requires_grad=True``,
-  one an optimizer steps) got no gradient (``grad is None`` or unchanged) or an all-zero
-  one; also ``backward()`` of a tensor that does not require grad.
+* ``"no_gradient"``: a tensor that requires grad (a parameter of a module called in the
+  block, a tensor made with ``requires_grad=True``, one an optimizer steps) that no
+  backward in the block gave a gradient (``grad is None`` or unchanged) or a non-zero one
+  (an unexplained all-zero gradient is a note: a zero-initialised layer after it); also
+  ``backward()`` of a tensor that does not require grad.
 
 Never reported: calls inside a custom ``autograd.Function``'s ``forward``/``backward``
 (that is where a surrogate gradient is defined), anything computed under

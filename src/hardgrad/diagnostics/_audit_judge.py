@@ -34,7 +34,7 @@ from ._audit_report import Finding, suppressed
 #: Which causes to name when several cut the same tensor off: the first tier that has one.
 _FIRST_TIER = {
     Family.ZERO, Family.COMPARE, Family.CAST, Family.DETACH, Family.DATA_GET, Family.SAMPLE,
-    Family.NO_GRAD_CALL,
+    Family.NO_GRAD_CALL, Family.COPY,
 }  # fmt: skip
 _TIERS: tuple[frozenset[Family], ...] = (
     frozenset(_FIRST_TIER),
@@ -78,7 +78,14 @@ def _prioritise(sites: list[Site]) -> list[Site]:
 
 
 def _names(leaves: Iterable[Leaf], limit: int = 4) -> str:
-    labels = [leaf.label for leaf in sorted(leaves, key=lambda leaf: leaf.order)]
+    ordered = sorted(leaves, key=lambda leaf: leaf.order)
+    seen: dict[str, int] = {}
+    for leaf in ordered:
+        seen[leaf.label] = seen.get(leaf.label, 0) + 1
+    labels = [  # the same name twice (two Linear layers called on their own): add the shape
+        f"{leaf.label} {tuple(leaf.tensor.shape)}" if seen[leaf.label] > 1 else leaf.label
+        for leaf in ordered
+    ]
     if len(labels) > limit:
         return ", ".join(labels[:limit]) + f" and {len(labels) - limit} more"
     return ", ".join(labels)

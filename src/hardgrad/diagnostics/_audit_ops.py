@@ -34,6 +34,7 @@ class Family(IntEnum):
     SAMPLE_PRIMITIVE = 13  # what torch.distributions' .sample() calls (rand, normal_...)
     REQUIRES_GRAD = 14  # x.requires_grad_() / x.requires_grad = True: a leaf is born
     NO_GRAD_CALL = 15  # a module with trainable parameters called under torch.no_grad()
+    COPY = 16  # torch.tensor(t) / t.new_tensor(...): a copy of the values without the graph
 
 
 #: name -> (kind, suggestion) of the ops whose derivative is zero almost everywhere.
@@ -93,6 +94,11 @@ DATA_HINT = (
     "x.data is a detached view (like x.detach()): use x itself so that the gradient "
     "reaches it; for a hard forward with a straight-through backward use hg.sign(x) / "
     "hg.round(x)"
+)
+COPY_HINT = (
+    "torch.tensor(...) copies the values and leaves the graph behind: use the tensor itself, "
+    "torch.stack / torch.cat for a list of tensors, or .clone() for a copy that keeps the "
+    "gradient"
 )
 LOG_OPS = {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__"}
 LOG_HINT = (
@@ -213,6 +219,8 @@ def classify(func: Any) -> Family:
         return Family.SAMPLE if name in SAMPLERS else Family.SAMPLE_PRIMITIVE
     if raw == "requires_grad_":
         return Family.REQUIRES_GRAD
+    if func is torch.tensor or raw == "new_tensor":
+        return Family.COPY
     return Family.IGNORE
 
 
@@ -248,6 +256,8 @@ def suggestion(family: Family, func: Any) -> str:
         return LOG_HINT
     if family is Family.SAMPLE:
         return SAMPLE_HINT
+    if family is Family.COPY:
+        return COPY_HINT
     return ""
 
 
@@ -266,6 +276,8 @@ def op_label(family: Family, func: Any) -> str:
         return f"integer/bool cast {shown}"
     if family is Family.SAMPLE:
         return f"{shown} (random draw)"
+    if family is Family.COPY:
+        return f"{shown} (copy without graph)"
     return shown
 
 

@@ -138,6 +138,15 @@ def _grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[to
     return found
 
 
+def _nested_grad_tensors(data: Any) -> list[torch.Tensor]:
+    """Tensors that require grad in ``data`` or in a (nested) list or tuple of it."""
+    if isinstance(data, torch.Tensor):
+        return [data] if data.requires_grad else []
+    if isinstance(data, (list, tuple)):
+        return [t for item in data[:4096] for t in _nested_grad_tensors(item)]
+    return []
+
+
 class Recorder:
     def __init__(self) -> None:
         self.sites: dict[tuple[Any, ...], Site] = {}
@@ -241,7 +250,11 @@ class Recorder:
             return self.data_set(func, args, frame)
         if not torch.is_grad_enabled():
             return None
-        inputs = _grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
+        if family is Family.COPY:
+            data = args[1] if ops.raw_name(func) == "new_tensor" and len(args) > 1 else args[0]
+            inputs = _nested_grad_tensors(data)
+        else:
+            inputs = _grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
         if not inputs:
             return None
         if family is Family.CAST and not ops.casts_to_non_float(func, args, kwargs):
