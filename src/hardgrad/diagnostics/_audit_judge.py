@@ -41,6 +41,8 @@ _TIERS: tuple[frozenset[Family], ...] = (
     frozenset({Family.INDEX, Family.TUPLE_INDEX}),
     frozenset({Family.LOG}),
 )
+#: Deliberate-looking cuts, for which "frozen on purpose?" is worth asking.
+_CUTS = {Family.DETACH, Family.DATA_GET, Family.COPY, Family.LOG}
 _TRICK = re.compile(
     r"(?P<soft>[\w.\[\]]+)\s*\+\s*\(\s*(?P<hard>[\w.\[\]]+)\s*-\s*(?P=soft)\s*\)\s*\.(?:detach\(\)|data)"
     r"|\(\s*(?P<hard2>[\w.\[\]]+)\s*-\s*(?P<soft2>[\w.\[\]]+)\s*\)\s*\.(?:detach\(\)|data)\s*\+\s*(?P=soft2)"
@@ -227,7 +229,13 @@ class Judge:
         out: list[tuple[int, Finding]] = []
         for site, keys in self.problems.items():
             detail = self.details[site].replace("{names}", self.leaf_names(keys))
-            out.append((site.order, self.finding(site, "problem", detail, site.suggestion)))
+            suggestion = site.suggestion
+            if site.family in _CUTS and any(k in rec.stepped for k in keys):
+                suggestion += (
+                    " (if they are frozen on purpose: leave them out of the optimizer, or "
+                    "call .requires_grad_(False) on them)"
+                )
+            out.append((site.order, self.finding(site, "problem", detail, suggestion)))
         for site in rec.sites.values():
             if site in self.problems:
                 continue
