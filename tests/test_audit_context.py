@@ -545,3 +545,27 @@ def test_torch_tensor_of_tensors_is_a_cut_at_its_line() -> None:
     assert problem.line == line_of(combined, "copy") and problem.kind == "graph_cut"
     assert problem.op == "torch.tensor (copy without graph)" and "torch.stack" in problem.suggestion
     assert "Linear.weight (1, 3)" in problem.detail  # two Linear layers: told apart by shape
+
+
+class Recompute(torch.autograd.Function):
+    """A forward that turns gradient back on (as checkpointing code does)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        with torch.enable_grad():
+            inner = x.detach().requires_grad_()
+            y = torch.sign(inner) * inner.detach()  # <inside>
+        ctx.save_for_backward(x)
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        return grad
+
+
+def test_grad_enabled_code_inside_an_autograd_function_is_not_a_finding() -> None:
+    layer = nn.Linear(3, 3)
+    x = torch.randn(2, 3)
+    with audit() as report:  # no optimizer: every tensor that requires grad is checked
+        Recompute.apply(layer(x)).sum().backward()
+    assert report.findings == [], report.format(notes=True)

@@ -208,11 +208,15 @@ class Recorder:
 
     def hardgrad_callable(self, frame: FrameType) -> bool:
         """Whether user code at ``frame`` runs inside a hardgrad op (the ``hard`` and
-        ``soft`` callables of :func:`hardgrad.straight_through` are meant to be hard);
+        ``soft`` callables of :func:`hardgrad.straight_through` are meant to be hard) or
+        inside a custom ``autograd.Function`` (a forward that turns grad back on);
         cached per code object."""
         known = self._inside_hardgrad.get(frame.f_code)
         if known is None:
-            known = self._inside_hardgrad[frame.f_code] = frames.inside(frame, frames.OPS_DIR)
+            known = frames.inside(frame, frames.OPS_DIR) or frames.inside(
+                frame, frames.FUNCTION_FILE
+            )
+            self._inside_hardgrad[frame.f_code] = known
         return known
 
     # -- calls -----------------------------------------------------------------------------
@@ -361,9 +365,11 @@ class Recorder:
         if user is None or frames.category(user.f_code.co_filename) != "user":
             return
         known = self.leaves.get(id(t))
-        if known is not None and known.tensor is t:
+        if (known is not None and known.tensor is t) or self.hardgrad_callable(user):
             return
         name = frames.name_on_line(user.f_code.co_filename, user.f_lineno, pattern)
+        if name is None and pattern is not frames.ASSIGNED:
+            name = frames.name_on_line(user.f_code.co_filename, user.f_lineno, frames.ASSIGNED)
         label = f"tensor {name}" if name else f"tensor of shape {tuple(t.shape)}"
         self.add_leaf(Leaf(t, label, frames.where(user), self._next(), "tensor"))
 
