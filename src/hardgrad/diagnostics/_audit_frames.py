@@ -42,7 +42,7 @@ _MODULE_CALL: set[CodeType] = {
     if (code := getattr(getattr(torch.nn.Module, name, None), "__code__", None)) is not None
 }
 ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=[^=]")
-REQUIRES = re.compile(r"([A-Za-z_][\w.]*)\.requires_grad(?:_\(|\s*=)")
+REQUIRES = re.compile(r"([A-Za-z_][\w.]*)\.requires_grad(?:_\x28|\s*=)")  # \x28: "("
 
 _categories: dict[str, str] = {}
 

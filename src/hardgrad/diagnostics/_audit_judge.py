@@ -43,9 +43,15 @@ _TIERS: tuple[frozenset[Family], ...] = (
 )
 #: Deliberate-looking cuts, for which "frozen on purpose?" is worth asking.
 _CUTS = {Family.DETACH, Family.DATA_GET, Family.COPY, Family.LOG}
+# soft + (hard - soft).detach(), or (hard - soft).detach() + soft (also with .data); written
+# with \x28 for "(" and \x5b for "[" (the docs' source pages take a backslash before
+# either for math).
+_NAME = r"[\w.\x5b\]]+"
 _TRICK = re.compile(
-    r"(?P<soft>[\w.\[\]]+)\s*\+\s*\(\s*(?P<hard>[\w.\[\]]+)\s*-\s*(?P=soft)\s*\)\s*\.(?:detach\(\)|data)"
-    r"|\(\s*(?P<hard2>[\w.\[\]]+)\s*-\s*(?P<soft2>[\w.\[\]]+)\s*\)\s*\.(?:detach\(\)|data)\s*\+\s*(?P=soft2)"
+    rf"(?P<soft>{_NAME})\s*\+\s*\x28\s*(?P<hard>{_NAME})\s*-\s*(?P=soft)\s*\)\s*"
+    r"\.(?:detach\x28\)|data)"
+    rf"|\x28\s*(?P<hard2>{_NAME})\s*-\s*(?P<soft2>{_NAME})\s*\)\s*"
+    r"\.(?:detach\x28\)|data)\s*\+\s*(?P=soft2)"
 )
 
 

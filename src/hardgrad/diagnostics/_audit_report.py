@@ -13,7 +13,8 @@ from typing import Any
 KINDS = ("zero_gradient", "graph_cut", "no_gradient")
 SEVERITIES = ("problem", "note")
 
-_MARKER = re.compile(r"#\s*hardgrad:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
+# "# hardgrad: ignore" or "# hardgrad: ignore[...]" (\x5b is "[").
+_MARKER = re.compile(r"#\s*hardgrad:\s*ignore(?:\x5b([^\]]*)\])?", re.IGNORECASE)
 _LOCATION = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
 
 
