@@ -569,3 +569,25 @@ def test_grad_enabled_code_inside_an_autograd_function_is_not_a_finding() -> Non
     with audit() as report:  # no optimizer: every tensor that requires grad is checked
         Recompute.apply(layer(x)).sum().backward()
     assert report.findings == [], report.format(notes=True)
+
+
+def test_a_hard_op_under_no_grad_is_the_cause_when_it_cuts_a_trained_tensor_off() -> None:
+    x = torch.randn(4, 3)
+    w = torch.randn(3, 2, requires_grad=True)
+    b = torch.zeros(2, requires_grad=True)
+    optimizer = torch.optim.SGD([w, b], lr=0.1)
+    with audit() as report:
+        for _ in range(2):
+            with torch.no_grad():
+                binary = torch.sign(w)  # <no_grad_sign>
+            optimizer.zero_grad()
+            (x @ binary + b).square().sum().backward()
+            optimizer.step()
+            with torch.no_grad():
+                w.clamp_(-1, 1)  # an update under no_grad: fine
+                ranked = b.argsort()  # b learns through the loss: fine
+    (problem,) = report.problems
+    test = test_a_hard_op_under_no_grad_is_the_cause_when_it_cuts_a_trained_tensor_off
+    assert problem.line == line_of(test, "no_grad_sign") and problem.kind == "zero_gradient"
+    assert problem.op == "torch.sign under torch.no_grad()" and "hg.sign" in problem.suggestion
+    assert ranked.shape == (2,)

@@ -35,7 +35,7 @@ Kinds:
 
 Never reported: calls inside a custom ``autograd.Function``'s ``forward``/``backward``
 (that is where a surrogate gradient is defined), anything computed under
-``torch.no_grad()``/``inference_mode()`` unless it is why a trained module got no gradient,
+``torch.no_grad()``/``inference_mode()`` unless it is why a trained tensor got no gradient,
 comparisons, indices and casts that cost no trainable tensor its gradient (masks,
 accuracy, ``gather`` indices), and ``.item()`` for logging.
 

@@ -48,6 +48,13 @@ NO_GRAD_HINT = (
 #: are set-up, logging or an EMA, not a cut in the model.
 _BOOKKEEPING = {Family.DETACH, Family.DATA_GET, Family.LOG}
 
+#: Calls also watched under no_grad (on a tensor that requires grad): the hard ops a user
+#: may have wrapped there by mistake. Never findings unless what they read gets no
+#: gradient otherwise.
+_NO_GRAD_WATCHED = {
+    Family.ZERO, Family.COMPARE, Family.INDEX, Family.TUPLE_INDEX, Family.CAST, Family.COPY,
+}  # fmt: skip
+
 Post = Callable[[Any], None]
 
 
@@ -252,7 +259,8 @@ class Recorder:
             return self.sample(family, func, args, kwargs, frame)
         if family is Family.DATA_SET:
             return self.data_set(func, args, frame)
-        if not torch.is_grad_enabled():
+        grad_on = torch.is_grad_enabled()
+        if not grad_on and family not in _NO_GRAD_WATCHED:
             return None
         if family is Family.COPY:
             data = args[1] if ops.raw_name(func) == "new_tensor" and len(args) > 1 else args[0]
@@ -280,6 +288,9 @@ class Recorder:
                 return
             out = result.grad_fn if isinstance(result, torch.Tensor) else None
             label, hint = ops.op_label(family, func), ops.suggestion(family, func)
+            if not grad_on:  # a cause only when what it reads gets no gradient otherwise
+                label += " under torch.no_grad()"
+                hint += "; and move it out of torch.no_grad(), which keeps no graph at all"
             self.record(family, label, location, hint, ends, out if family is Family.ZERO else None)
 
         return after
