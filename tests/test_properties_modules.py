@@ -103,8 +103,46 @@ MODULE_SETTINGS: dict[str, tuple[st.SearchStrategy[dict[str, Any]], bool]] = {
 }
 
 
+#: Quantizers returning a tuple, with a code dimension: covered by
+#: test_vq_module_outputs_and_gradients_are_finite below.
+VQ_MODULES = {
+    "VectorQuantize": lambda d, dtype: hg.nn.VectorQuantize(5, d),
+    "FSQ": lambda d, dtype: hg.nn.FSQ([3, 5, 4][:d] + [2] * max(d - 3, 0)),
+    "LFQ": lambda d, dtype: hg.nn.LFQ(d),
+}
+
+
 def test_every_module_is_covered():
-    assert set(MODULE_SETTINGS) == set(MODULES)
+    assert set(MODULE_SETTINGS) | set(VQ_MODULES) == set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(VQ_MODULES))
+@SETTINGS
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_vq_module_outputs_and_gradients_are_finite(name, data, seed):
+    """Drawn batch shapes (empty included), code sizes, dtypes and finite values of any
+    magnitude whose square fits; a second batch after the first (initialisation, EMA, dead codes)."""
+    dtype = data.draw(st.sampled_from((torch.float64, torch.float32)), label="dtype")
+    d = data.draw(st.integers(1, 4), label="code size")
+    batch = tuple(data.draw(st.lists(st.integers(0, 4), max_size=2), label="batch"))
+    module = VQ_MODULES[name](d, dtype).to(dtype)
+    for _ in range(2):
+        # Up to where the losses' squares fit the dtype (beyond, a squared error is inf
+        # as in F.mse_loss itself).
+        bound = math.sqrt(torch.finfo(dtype).max) / 4
+        x = data.draw(tensor_of(dtype, (*batch, d), bound=bound), label="z")
+        leaf = x.clone().requires_grad_()
+        z_q, *rest = module(leaf)
+        assert z_q.shape == x.shape and z_q.dtype == x.dtype
+        assert torch.isfinite(z_q).all(), z_q
+        total = (z_q * upstream(z_q, seed)).sum()
+        if rest and rest[-1].is_floating_point():
+            assert torch.isfinite(rest[-1]).all(), rest[-1]
+            total = total + rest[-1].sum()
+        params = [p for p in module.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(total, [leaf, *params], allow_unused=True)
+        for grad in grads:
+            assert grad is None or torch.isfinite(grad).all(), grads
 
 
 # --------------------------------------------------------------------------------------
@@ -112,7 +150,7 @@ def test_every_module_is_covered():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize("name", sorted(MODULE_SETTINGS))
 @SETTINGS
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_module_forward_and_backward_are_finite(name, data, seed):

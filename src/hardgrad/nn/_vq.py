@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._checkpoint import SettingsInState
+from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive, check_real
 from ..estimators import Estimator
 
@@ -209,12 +210,13 @@ class VectorQuantize(SettingsInState, nn.Module):
             distance=self.distance,
             tau=self.tau,
         )
+        compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
         if z.numel() == 0:
-            return z_q, indices, z.new_zeros(()).float()
-        loss = self.commitment_weight * F.mse_loss(z.float(), z_q.detach().float())
+            return z_q, indices, z.new_zeros((), dtype=compute)
+        loss = self.commitment_weight * F.mse_loss(z.to(compute), z_q.detach().to(compute))
         if self.codebook_update == "loss":
             rows = codebook[indices.reshape(-1)].reshape(z.movedim(d, -1).shape).movedim(-1, d)
-            loss = loss + F.mse_loss(rows.float(), z.detach().float())
+            loss = loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
         self._update(z.detach().movedim(d, -1).reshape(-1, self.dim), indices.reshape(-1))
         return z_q, indices, loss
 
@@ -445,11 +447,12 @@ class LFQ(nn.Module):
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, self.dim, "the number of bits `dim`")
         z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
+        compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
         if z.numel() == 0:
-            return z_q, indices, z.new_zeros(()).float()
+            return z_q, indices, z.new_zeros((), dtype=compute)
         per_sample, codebook = _vq.lfq_entropy(z, dim=d, tau=self.tau)
         entropy = per_sample - self.diversity_gamma * codebook
-        commitment = F.mse_loss(z.float(), z_q.detach().float())
+        commitment = F.mse_loss(z.to(compute), z_q.detach().to(compute))
         loss = self.entropy_weight * entropy + self.commitment_weight * commitment
         return z_q, indices, loss
 
