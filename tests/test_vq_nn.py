@@ -210,3 +210,15 @@ def test_ema_under_two_gloo_ranks_matches_one_process(tmp_path):
     for key in ("codebook", "cluster_size", "embed_sum"):
         assert torch.equal(ranks[0][key], ranks[1][key]), key  # identical across ranks
         torch.testing.assert_close(ranks[0][key], single[key]), key
+
+
+def test_a_stochastic_estimator_samples_in_training_and_takes_the_nearest_code_in_eval():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(64, 3, generator=gen)
+    q = hg.nn.VectorQuantize(8, 3, estimator="gumbel", tau=5.0)
+    nearest = torch.cdist(z, q.codebook.detach()).argmin(-1)
+    _, sampled, _ = q(z)
+    assert not torch.equal(sampled, nearest)  # a high temperature: many codes are not the nearest
+    q.eval()
+    z_q, chosen, _ = q(z)
+    assert torch.equal(chosen, nearest) and torch.equal(z_q, q.codebook.detach()[nearest])

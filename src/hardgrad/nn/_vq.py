@@ -202,11 +202,14 @@ class VectorQuantize(SettingsInState, nn.Module):
         if self.training and not self._initialized and z.numel() > 0:
             self._kmeans(z.detach().movedim(d, -1).reshape(-1, self.dim))
         codebook = self.codebook.to(z.dtype)
+        # A stochastic estimator samples codes in training only; evaluation takes the
+        # nearest code (its mode), as Gumbel-VQ models do at test time.
+        deterministic = self.estimator in ("st", "rotation")
         z_q, indices = _vq.vector_quantize(
             z,
             codebook,
             dim=d,
-            estimator=self.estimator,
+            estimator=self.estimator if self.training or deterministic else "st",
             distance=self.distance,
             tau=self.tau,
         )
