@@ -591,3 +591,25 @@ def test_a_hard_op_under_no_grad_is_the_cause_when_it_cuts_a_trained_tensor_off(
     assert problem.line == line_of(test, "no_grad_sign") and problem.kind == "zero_gradient"
     assert problem.op == "torch.sign under torch.no_grad()" and "hg.sign" in problem.suggestion
     assert ranked.shape == (2,)
+
+
+def test_a_vq_lookup_without_the_straight_through_copy_points_to_vector_quantize() -> None:
+    """The encoder trains only through the copy; without it the argmin cuts it off, and the
+    fix offered keeps the VQ estimator (hg.vector_quantize), never one_hot_argmax(-d)."""
+    torch.manual_seed(0)
+    encoder, decoder = nn.Linear(4, 3), nn.Linear(3, 4)
+    codebook = nn.Parameter(torch.randn(8, 3))
+    params = [*encoder.parameters(), *decoder.parameters(), codebook]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    x = torch.randn(16, 4)
+    with audit() as report:
+        z = encoder(x)
+        index = torch.cdist(z, codebook).argmin(-1)
+        z_q = codebook[index]
+        loss = (decoder(z_q) - x).square().mean()
+        loss.backward()
+        optimizer.step()
+    cuts = [f for f in report.problems if "argmin" in f.op]
+    assert cuts, str(report)
+    assert "hg.vector_quantize" in cuts[0].suggestion
+    assert "one_hot_argmax" not in cuts[0].suggestion

@@ -62,9 +62,10 @@ COMPARISON_HINT = (
 INDICES: dict[str, str] = {
     "argmax": "hg.one_hot_argmax(logits): the one-hot of the argmax forward, the softmax's "
     "gradient backward (or hg.categorical for a random choice)",
-    "argmin": "if it picks the nearest codebook vector (VQ-VAE), keep the lookup and pass "
-    "the gradient straight through to the encoder with hg.straight_through(z_q)(z) "
-    "(hardgrad has no vector-quantization op yet); the codebook learns from a loss on z_q",
+    "argmin": "if it picks the nearest codebook vector (VQ-VAE), hg.vector_quantize(z, "
+    "codebook) does the lookup with a straight-through (or rotation-trick) gradient to the "
+    "encoder (or keep yours and write the copy as hg.straight_through(z_q)(z)); the codebook "
+    "learns from a loss on z_q or hg.nn.VectorQuantize's EMA",
     "argsort": "hg.topk_mask(x, k) for a differentiable selection of the k largest",
     "bucketize": "hg.quantize or hg.round on a rescaled input keep a straight-through gradient",
     "searchsorted": "hg.quantize or hg.round on a rescaled input keep a straight-through gradient",
