@@ -69,6 +69,10 @@ class VQConfig:
         gumbel_tau: the temperature of the code logits :math:`-d/\tau` of ``Gumbel`` (the
             squared distances of this model are about 1e-2).
         lfq_entropy_weight: LFQ's entropy-loss weight.
+        kmeans_init: initialise every learned codebook from the first batch (k-means++ and
+            a few Lloyd steps). Without it the codebook starts near the origin, where
+            ST-Gumbel's logits -d/tau carry no signal: it did not learn (test MSE of the
+            mean image), and the codebook gets no gradient through z_q to leave it.
         lfq_commitment_weight: LFQ's commitment weight. With the module's default 0.25 the
             commitment term outweighs this small model's reconstruction error (about 0.07
             at the start), pulls every z to ±1 on its initial sign pattern within 100
@@ -89,6 +93,7 @@ class VQConfig:
     lr: float = 1e-3
     gumbel_tau: float = 0.01
     lfq_entropy_weight: float = 0.1
+    kmeans_init: bool = True
     lfq_commitment_weight: float = 0.01
     seeds: int = 3
     plot: bool = True
@@ -136,6 +141,7 @@ class VQVAE(nn.Module):
                 estimator=estimator,
                 codebook_update="ema" if variant == "EMA" else "loss",
                 tau=config.gumbel_tau,
+                kmeans_init=config.kmeans_init,
             )
         latent = self.tokens * self.width
         self.encoder = nn.Sequential(
@@ -252,7 +258,7 @@ def _notes(rows: list[dict[str, Any]], config: VQConfig, data: Dataset) -> list[
         f"Data: {data.name}, {len(data.x_train)} train / {len(data.x_test)} test images; MLP "
         f"VQ-VAE {data.features}-{config.hidden}-({config.tokens}×D), batch "
         f"{config.batch_size}, Adam lr {config.lr}, {config.steps} steps, {config.seeds} seed(s). "
-        "VQ variants: K = 64, D = 8, commitment 0.25; FSQ levels (4, 4, 4); LFQ 6 bits, "
+        f"VQ variants: K = 64, D = 8, commitment 0.25, k-means init {config.kmeans_init}; FSQ levels (4, 4, 4); LFQ 6 bits, "
         f"entropy weight {config.lfq_entropy_weight}, commitment "
         f"{config.lfq_commitment_weight}; Gumbel: ST-Gumbel, logits -d/"
         f"{config.gumbel_tau}."
