@@ -238,28 +238,27 @@ def casts_to_non_float(func: Any, args: Any, kwargs: Any) -> bool:
 
 def suggestion(family: Family, func: Any) -> str:
     """The fix for a call that is found to be a problem."""
-    name = base_name(func)
-    if family is Family.ZERO:
-        return ZERO_OPS[name]
-    if family is Family.COMPARE:
-        return COMPARISON_HINT
-    if family is Family.INDEX:
-        return INDICES[name]
-    if family is Family.TUPLE_INDEX:
-        return TUPLE_INDICES[name]
-    if family is Family.CAST:
-        return CAST_HINT
-    if family is Family.DETACH:
-        return DETACH_HINT
-    if family is Family.DATA_GET:
-        return DATA_HINT
-    if family is Family.LOG:
-        return LOG_HINT
-    if family is Family.SAMPLE:
-        return SAMPLE_HINT
-    if family is Family.COPY:
-        return COPY_HINT
-    return ""
+    by_name = _HINTS_BY_NAME.get(family)
+    if by_name is not None:
+        return by_name[base_name(func)]
+    return _FAMILY_HINTS.get(family, "")
+
+
+#: Families whose fix depends on the op's name, and those with one fix for the family.
+_HINTS_BY_NAME: dict[Family, dict[str, str]] = {
+    Family.ZERO: ZERO_OPS,
+    Family.INDEX: INDICES,
+    Family.TUPLE_INDEX: TUPLE_INDICES,
+}
+_FAMILY_HINTS: dict[Family, str] = {
+    Family.COMPARE: COMPARISON_HINT,
+    Family.CAST: CAST_HINT,
+    Family.DETACH: DETACH_HINT,
+    Family.DATA_GET: DATA_HINT,
+    Family.LOG: LOG_HINT,
+    Family.SAMPLE: SAMPLE_HINT,
+    Family.COPY: COPY_HINT,
+}
 
 
 def kind_of(family: Family) -> str:
