@@ -188,3 +188,34 @@ def test_audit_overhead_rows_are_finite_and_the_watched_step_is_clean():
         assert r["plain_ms"] > 0 and r["audit_ms"] > 0
     table = audit_table(results)
     assert len(table.rows) == len(SIZES) and len(table.columns) == len(table.rows[0])
+
+
+def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend's wrong gradient (seen: compiled fake-quantize on one CUDA build) leaves
+    that alternative out with the reason, and the run goes on."""
+    from hardgrad.bench import _speed_candidates as candidates
+
+    def with_a_wrong_one(spec: Any) -> list[Any]:
+        def wrong(x: Any) -> Any:
+            return x.round().detach() + 0.5 * (x - x.detach())  # half the STE gradient
+
+        return [candidates.Candidate("half", "half", "0.5 STE", wrong)]
+
+    monkeypatch.setitem(candidates.ALTERNATIVES, "round", with_a_wrong_one)
+    config = SpeedConfig(
+        numel=4096,
+        ops=("round",),
+        rounds=2,
+        min_run_time=0.002,
+        compile=False,
+        small_numel=0,
+        plot=False,
+        samplers=(),
+    )
+    ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
+    half = ops["round"]["candidates"]["half"]
+    assert "gradient of half" in half["check_error"] and "eager_ms" not in half
+    report = (tmp_path / "report.md").read_text()
+    assert "not timed: round/half (eager: " in report

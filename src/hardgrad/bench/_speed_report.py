@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 #: round-to-round noise of a shared machine.
 TIE = 1.05
 
+#: Where :mod:`speed` records an alternative whose semantics check failed, per mode.
+CHECK_ERROR_KEYS = (
+    ("check_error", "eager"),
+    ("check_error_compiled", "compiled"),
+    ("check_error_small", "small"),
+)
+
 
 def _fmt_ms(value: float | None) -> str:
     if value is None or value != value:
@@ -207,6 +214,19 @@ def notes(
         notes.append(
             "The detach trick's forward is not bit-exact: elements that differ from the hard "
             "op, with the largest |difference|: " + "; ".join(rounding) + "."
+        )
+    wrong = [
+        f"{n}/{c['label']} ({mode}: {c[key].splitlines()[0]})"
+        for n in names
+        for c in ops[n]["candidates"].values()
+        for key, mode in CHECK_ERROR_KEYS
+        if key in c
+    ]
+    if wrong:
+        notes.append(
+            "Computed something else than hardgrad's semantics, not timed: "
+            + "; ".join(wrong)
+            + "."
         )
     if config.compile:
         skipped = [n for n in names if n not in compiled_names]

@@ -45,9 +45,10 @@ def _reciprocal(scale: float, dtype: torch.dtype) -> float:
     in double first is innocuous, double rounding of a quotient being exact)."""
     if dtype == torch.float64:
         return 1.0 / scale
-    if torch.compiler.is_compiling():
+    if isinstance(scale, torch.SymFloat):
         # A symbolic float (torch.compile(dynamic=True)) has no bytes to pack; the same
-        # roundings in tensor arithmetic are traceable.
+        # roundings in tensor arithmetic are traceable. A constant scale takes the struct
+        # path below, which dynamo folds into a constant (no graph break).
         as_float32 = torch.scalar_tensor(scale, dtype=torch.float32)
         return torch.reciprocal(as_float32).item()
     as_float32 = struct.unpack("f", struct.pack("f", scale))[0]
