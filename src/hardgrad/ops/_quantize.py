@@ -39,18 +39,18 @@ Scale = Tensor | float
 IN_RANGE = ("rounded", "unrounded")
 
 
-def _reciprocal(scale: float, dtype: torch.dtype) -> float:
+def _reciprocal(scale: float, dtype: torch.dtype, device: torch.device) -> Scale:
     """``1 / scale`` rounded to ``dtype`` as torch's kernels compute it (``1.0f / sc`` in
     float32: the quotient of the float32-rounded scale, correctly rounded; computing it
-    in double first is innocuous, double rounding of a quotient being exact)."""
+    in double first is innocuous, double rounding of a quotient being exact).
+
+    Under ``torch.compile`` the same roundings are done in tensor arithmetic and the
+    result stays a 0-d tensor on ``device``: a float there may be symbolic
+    (``dynamic=True``), with no bytes to pack, and ``.item()`` would break the graph."""
     if dtype == torch.float64:
         return 1.0 / scale
-    if isinstance(scale, torch.SymFloat):
-        # A symbolic float (torch.compile(dynamic=True)) has no bytes to pack; the same
-        # roundings in tensor arithmetic are traceable. A constant scale takes the struct
-        # path below, which dynamo folds into a constant (no graph break).
-        as_float32 = torch.scalar_tensor(scale, dtype=torch.float32)
-        return torch.reciprocal(as_float32).item()
+    if torch.compiler.is_compiling():
+        return torch.reciprocal(torch.scalar_tensor(scale, dtype=torch.float32, device=device))
     as_float32 = struct.unpack("f", struct.pack("f", scale))[0]
     return float(struct.unpack("f", struct.pack("f", 1.0 / as_float32))[0])
 
@@ -95,7 +95,7 @@ def _fake_quantize(
 
 
 def _fake_quantize_value(
-    x: Tensor, scale: float, inverse: float, quant_min: int, quant_max: int
+    x: Tensor, scale: float, inverse: Scale, quant_min: int, quant_max: int
 ) -> Tensor:
     """Forward only (no mask), zero point 0, number scale."""
     level = _grid(x, inverse, None, _compute_dtype(x.dtype))
@@ -358,7 +358,7 @@ def quantize(
         # Number scale, zero point 0: nothing to learn, so Python numbers all the way (no
         # small tensors to make per call) and only the mask (or, for the identity, nothing)
         # is saved.
-        value, inverse = float(scale), _reciprocal(float(scale), dtype)
+        value, inverse = float(scale), _reciprocal(float(scale), dtype, x.device)
         if identity:
             forward = functools.partial(
                 _fake_quantize_value,
