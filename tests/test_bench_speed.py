@@ -95,7 +95,7 @@ def test_speed_samplers_every_pathwise_estimator(
     assert list(samplers) == ["categorical", "bernoulli"]
     categorical, bernoulli = samplers["categorical"], samplers["bernoulli"]
     assert categorical["shape"] == [32, 16] and bernoulli["shape"] == [512]
-    assert list(categorical["eager"]["rows"]) == PATHWISE and bernoulli["estimators"] == ["st"]
+    assert list(categorical["eager"]["rows"]) == PATHWISE and bernoulli["estimators"] == PATHWISE
     for entry in samplers.values():
         assert entry["compiled"] is None
         eager = entry["eager"]
@@ -119,7 +119,15 @@ def test_speed_samplers_every_pathwise_estimator(
     for name in PATHWISE:
         best = rows[name]["best_alternative"], rows[name]["compared_with"]
         assert best == expected.get(name, ("gumbel_softmax_hard", "common reference")), name
-    assert bernoulli["eager"]["rows"]["st"]["best_alternative"] == "bernoulli_st"
+    bernoulli_expected = {
+        "st": ("bernoulli_st", "same semantics"),
+        "gumbel_softmax": ("relaxed_bernoulli", "same semantics"),
+        "st_gumbel": ("relaxed_bernoulli_st", "same semantics"),
+    }
+    for name in PATHWISE:
+        row = bernoulli["eager"]["rows"][name]
+        best = row["best_alternative"], row["compared_with"]
+        assert best == bernoulli_expected.get(name, ("bernoulli_st", "common reference")), name
     # The plain straight-through saves nothing for backward; hardgrad's samples are exact.
     assert categorical["candidates"]["hg.st_identity"]["bytes_per_element"] == 0
     assert categorical["candidates"]["hg.st_gumbel"]["forward_mismatches"] == 0

@@ -2,7 +2,7 @@ r"""The sampler part of the ``speed`` benchmark: hardgrad's samplers against tor
 
 For every pathwise estimator ``E`` in :data:`hardgrad.estimators.ESTIMATORS` it times
 forward plus backward of ``hg.categorical(logits, estimator=E, generator=gen)`` on float32
-``(N, C)`` logits (the ``matrix`` setting), and of ``hg.bernoulli(logits, estimator="st",
+``(N, C)`` logits (the ``matrix`` setting), and of ``hg.bernoulli(logits, estimator=E,
 generator=gen)`` on ``N * C`` log-odds, against the samplers people use instead:
 
 * ``F.gumbel_softmax(logits, tau, hard=True)``: the same semantics as ``st_gumbel``
@@ -11,7 +11,10 @@ generator=gen)`` on ``N * C`` log-odds, against the samplers people use instead:
 * ``torch.distributions.OneHotCategoricalStraightThrough(logits=logits).rsample()``: the
   same as ``st`` (sample forward, the softmax's Jacobian backward);
 * for Bernoulli units, the hand-written straight-through ``p = sigmoid(l);
-  torch.bernoulli(p) + (p - p.detach())``: the same as ``hg.bernoulli``'s ``st``.
+  torch.bernoulli(p) + (p - p.detach())``: the same as ``hg.bernoulli``'s ``st``;
+  ``torch.distributions.RelaxedBernoulli(1.0, logits=l).rsample()``: the same as
+  ``gumbel_softmax``; and that relaxed sample thresholded at 1/2 with the detach trick:
+  the same as ``st_gumbel``.
 
 An estimator with no counterpart in torch (``st_identity``, ``gumbel_rao``, ``reinmax``)
 is compared with ``F.gumbel_softmax(hard=True)`` (the hand-written Bernoulli ST for
@@ -67,7 +70,11 @@ MATCHES: dict[str, dict[str, tuple[str, ...]]] = {
         "gumbel_softmax": ("gumbel_softmax_soft",),
         "st": ("one_hot_st",),
     },
-    "bernoulli": {"st": ("bernoulli_st",)},
+    "bernoulli": {
+        "st": ("bernoulli_st",),
+        "gumbel_softmax": ("relaxed_bernoulli",),
+        "st_gumbel": ("relaxed_bernoulli_st",),
+    },
 }
 
 #: What an estimator without a counterpart in torch is compared with, per family.
@@ -113,8 +120,8 @@ def pathwise_estimators() -> list[str]:
 
 
 def default_rows() -> tuple[str, ...]:
-    """``categorical/<E>`` for every pathwise estimator, then ``bernoulli/st``."""
-    return (*(f"categorical/{name}" for name in pathwise_estimators()), "bernoulli/st")
+    """``categorical/<E>``, then ``bernoulli/<E>``, for every pathwise estimator."""
+    return tuple(f"{kind}/{name}" for kind in KINDS for name in pathwise_estimators())
 
 
 def resolve_rows(
@@ -144,6 +151,16 @@ def resolve_rows(
 
 def _tau(name: str) -> float:
     return float(getattr(_estimators.get(name), "tau", 1.0))
+
+
+#: RelaxedBernoulli's temperature (the estimators' default tau), one tensor per device.
+_ONE: dict[torch.device, Tensor] = {}
+
+
+def _one(like: Tensor) -> Tensor:
+    if like.device not in _ONE:
+        _ONE[like.device] = torch.tensor(1.0, device=like.device)
+    return _ONE[like.device]
 
 
 def _one_hot_st(logits: Tensor) -> Tensor:
@@ -186,8 +203,28 @@ def _alternatives(kind: str, generator: torch.Generator | None) -> dict[str, Sam
         p = torch.sigmoid(logits)
         return torch.bernoulli(p, generator=generator) + (p - p.detach())
 
+    def relaxed(logits: Tensor) -> Tensor:
+        return torch.distributions.RelaxedBernoulli(_one(logits), logits=logits).rsample()
+
+    def relaxed_st(logits: Tensor) -> Tensor:
+        soft = torch.distributions.RelaxedBernoulli(_one(logits), logits=logits).rsample()
+        return (soft > 0.5).to(soft.dtype) - soft.detach() + soft
+
     gen = "" if generator is None else ", generator=gen"
     return {
+        "relaxed_bernoulli": SamplerCandidate(
+            "relaxed_bernoulli",
+            "RelaxedBernoulli",
+            "torch.distributions.RelaxedBernoulli(1.0, logits=l).rsample()",
+            relaxed,
+            discrete=False,
+        ),
+        "relaxed_bernoulli_st": SamplerCandidate(
+            "relaxed_bernoulli_st",
+            "RelaxedBernoulli + ST",
+            "y = RelaxedBernoulli(1.0, logits=l).rsample(); (y > 0.5) - y.detach() + y",
+            relaxed_st,
+        ),
         "bernoulli_st": SamplerCandidate(
             "bernoulli_st",
             "hand-written Bernoulli ST",
@@ -195,7 +232,7 @@ def _alternatives(kind: str, generator: torch.Generator | None) -> dict[str, Sam
             bernoulli_st,
             exact=True,
             noise_free_grad=True,
-        )
+        ),
     }
 
 

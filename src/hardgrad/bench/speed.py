@@ -102,8 +102,8 @@ class SpeedConfig:
         plot: write ``speed_ratio.png`` next to the report (needs matplotlib).
         samplers: sampler rows, ``"categorical/<estimator>"`` (``hg.categorical`` on
             ``matrix`` logits) or ``"bernoulli/<estimator>"`` (``hg.bernoulli`` on
-            ``N * C`` log-odds) for pathwise estimators; ``None``: ``categorical`` with every
-            pathwise estimator of ``ESTIMATORS`` and ``bernoulli/st``; ``()``: no samplers.
+            ``N * C`` log-odds) for pathwise estimators; ``None``: both kinds with every
+            pathwise estimator of ``ESTIMATORS``; ``()``: no samplers.
         compile_samplers: the sampler rows timed under compile (``None``: all of
             ``samplers``), with the alternatives they are compared with.
         audit: time a training step with and without :func:`hardgrad.diagnostics.audit`.

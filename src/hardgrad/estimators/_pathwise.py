@@ -431,6 +431,13 @@ class GumbelSoftmax(_Tempered):
         relaxed = torch.softmax(finite((opmath(logits) + noise) / self.tau), dim)
         return relaxed.to(logits.dtype)
 
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        r"""Class 1 of the two-class relaxation in its direct form,
+        :math:`\sigma((\ell + g_1 - g_0)/\tau)` (:math:`g_1 - g_0` is logistic): the
+        two-class softmax's value up to rounding, without the stacked logits."""
+        g0, g1 = noise.unbind(-1)
+        return torch.sigmoid(finite((opmath(logits) + (g1 - g0)) / self.tau)).to(logits.dtype)
+
 
 @ESTIMATORS.register("st_gumbel")
 @dataclass(frozen=True)
