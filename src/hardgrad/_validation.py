@@ -155,6 +155,12 @@ def check_dim(x: Tensor, dim: Any, name: str = "dim") -> int:
 
 def check_broadcastable_to(t: Tensor, shape: torch.Size, name: str, target: str = "x") -> None:
     """``t`` must broadcast to ``shape`` without changing it."""
+    own = t.shape
+    if len(own) <= len(shape) and all(
+        size == 1 or size == target
+        for size, target in zip(reversed(own), reversed(shape), strict=False)
+    ):
+        return  # (plain Python: torch.broadcast_shapes costs more than the op it guards)
     try:
         broadcast = torch.broadcast_shapes(t.shape, shape)
     except RuntimeError:

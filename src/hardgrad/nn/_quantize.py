@@ -11,13 +11,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .. import ops
 from .. import surrogates as _surrogates
 from .._checkpoint import SettingsInState
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature, forward_mode
-from ..ops._quantize import _check_in_range
+from ..ops._quantize import _check_in_range, quantize_step_size
 from ._hard import SurrogateLike
 
 
@@ -361,14 +360,15 @@ class Quantize(SettingsInState, nn.Module):
             if self.grad_scale_elements == "per_scale":
                 per_scale = max(per_scale // max(x.shape[dim], 1), 1)
         grad_scale = 1.0 / math.sqrt(max(per_scale, 1) * self.quant_max)
-        return ops.quantize(
+        # The step size is bounded to a valid scale for x's dtype: no value checks needed.
+        return quantize_step_size(
             x,
             scale,
             quant_min=self.quant_min,
             quant_max=self.quant_max,
-            surrogate=self.surrogate,
+            identity=self.surrogate.kind == "identity",
             grad_scale=grad_scale,
-            in_range=self.in_range,
+            unrounded=self.in_range == "unrounded",
         )
 
     def _checkpoint_settings(self) -> dict[str, Any]:

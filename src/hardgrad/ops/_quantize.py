@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import opmath_dtype
+from .._kernels import eager_plain, opmath_dtype
 from .._validation import (
     check_broadcastable_to,
     check_floating,
@@ -144,13 +144,36 @@ class _FakeQuantize(torch.autograd.Function):
         grad_scale = grad_zero_point = None
         if len(saved) > 1:
             keep, x, scale, zero_point = saved
-            dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
             g = grad.to(scale.dtype)
-            if ctx.needs_input_grad[1]:
-                grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
-            if ctx.needs_input_grad[2]:
-                grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
+            if zero_point is None:  # the common LSQ case: the scale's partial alone
+                dy_ds = _scale_partial(ctx.bounds, keep, x, scale)
+                # In place only outside transforms (vmap batches g, not dy_ds).
+                product = dy_ds.mul_(g) if eager_plain(g) else dy_ds * g
+                grad_scale = product.sum_to_size(scale.shape) * ctx.grad_scale
+            else:
+                dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
+                if ctx.needs_input_grad[1]:
+                    grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
+                if ctx.needs_input_grad[2]:
+                    grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
         return grad_x, grad_scale, grad_zero_point, None, None, None, None, None
+
+
+def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+    r""":math:`\partial y/\partial s` of :func:`_qparam_partials` for a zero point of 0, in
+    fewer passes: :math:`\operatorname{clamp}(\operatorname{round}(x/s), q_-, q_+) - m\,x/s`
+    with the in-range mask :math:`m`. In range the clamp is the identity; outside it gives
+    the bound on the side that was crossed, whether "in range" was read before or after
+    rounding (the bounds are integers, so rounding never crosses one). NaN counts as above
+    the range, as there (:math:`q_+`)."""
+    quant_min, quant_max = bounds
+    x_over_s = x.to(scale.dtype) * (1.0 / scale)
+    inside = torch.where(keep, x_over_s, 0.0)
+    if eager_plain(x_over_s):
+        level = torch.round(x_over_s).nan_to_num_(nan=float(quant_max))
+        return level.clamp_(quant_min, quant_max).sub_(inside)
+    level = torch.round(x_over_s).nan_to_num(nan=float(quant_max))
+    return level.clamp(quant_min, quant_max) - inside
 
 
 def _qparam_partials(
@@ -388,12 +411,49 @@ def quantize(
     return y
 
 
+def quantize_step_size(
+    x: Tensor,
+    step: Tensor,
+    *,
+    quant_min: int,
+    quant_max: int,
+    identity: bool,
+    grad_scale: float,
+    unrounded: bool,
+) -> Tensor:
+    """:func:`quantize` with a zero point of 0 and a tensor ``step`` already known to be a
+    positive normal number of the compute dtype whose grid fits ``x``'s dtype (what
+    :class:`hardgrad.nn.Quantize` guarantees by bounding its step size): the same Function,
+    without the value checks and their device sync. The caller checks ``x`` and the range."""
+    check_broadcastable_to(step, x.shape, "scale")
+    y, _ = apply_function(
+        _FakeQuantize,
+        x,
+        step.to(_compute_dtype(x.dtype)),
+        None,
+        quant_min,
+        quant_max,
+        identity,
+        grad_scale,
+        unrounded,
+    )
+    return y
+
+
 def _grid_message(reach: float, dtype: torch.dtype) -> str:
     return (
         f"Expected the quantization grid to fit `x`'s dtype {dtype} (largest finite value "
         f"{torch.finfo(dtype).max:.6g}), but its outermost level (bound - zero_point) * scale "
         f"is {reach:.6g}, which would come out as inf: use a smaller `scale` or a narrower "
         "`quant_min`/`quant_max`"
+    )
+
+
+def _scale_message(compute: torch.dtype, found: list[float]) -> str:
+    info = torch.finfo(compute)
+    return (
+        f"Expected every `scale` > 0, finite and a normal number of {compute} (the dtype "
+        f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found {found}"
     )
 
 
@@ -409,13 +469,15 @@ def _check_tensor_grid(
     the grid is finite in ``dtype``; one device sync (skipped with validation off)."""
     info = torch.finfo(compute)
     used = scale.detach()
+    if zero_point is None and used.numel() == 1:  # one read, then Python numbers
+        value = float(used)
+        if not info.tiny <= value <= info.max:
+            raise ValueError(_scale_message(compute, [value]))
+        _check_grid_fits(value, 0.0, quant_min, quant_max, dtype, compute)
+        return
     bad = ~((used >= info.tiny) & (used <= info.max))
     if bool(bad.any()):
-        raise ValueError(
-            f"Expected every `scale` > 0, finite and a normal number of {compute} (the dtype "
-            f"x is quantized in; between {info.tiny:.6g} and {info.max:.6g}), but found "
-            f"{used[bad].flatten()[:4].tolist()}"
-        )
+        raise ValueError(_scale_message(compute, used[bad].flatten()[:4].tolist()))
     if zero_point is None:
         reach = max(abs(quant_min), abs(quant_max)) * used
     else:

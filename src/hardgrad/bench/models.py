@@ -1,0 +1,545 @@
+r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
+
+Public code around hard ops is written in a few recurring ways; this task writes four small
+models each way and times one full training step (``zero_grad``, forward, loss, backward,
+optimizer step) of the hand-written original against the same model with hardgrad,
+interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
+every candidate once, in a shuffled order). The figure is the median over rounds; the
+ratio is hardgrad's median over the original's, with the rounds in which hardgrad was the
+faster of the pair.
+
+* ``lsq-mlp``: a 64-256-256-10 MLP (the input width is the data's) with 3-bit LSQ weights (one scale per tensor) and 3-bit
+  unsigned LSQ activations after each ReLU (Esser et al. 2020,
+  https://arxiv.org/abs/1902.08153). The original is the paper's own recipe, as most
+  repositories copy it: ``gradscale(s, g) = (s - s g).detach() + s g`` and
+  ``roundpass(v) = (v.round() - v).detach() + v`` around ``clamp(v / s, Q_n, Q_p)``;
+  hardgrad's is :class:`hardgrad.nn.Quantize` (``in_range="unrounded"``, the paper's
+  clamp-then-round, with its :math:`1/\sqrt{N Q_p}` gradient scale).
+* ``binarynet-mlp``: BinaryNet (Hubara et al. 2016, https://arxiv.org/abs/1602.02830):
+  ``BinaryLinear -> BatchNorm -> sign`` twice, then ``BinaryLinear -> BatchNorm``, with
+  binary weights everywhere, the first layer's input left real, and the latent weights
+  clipped to [-1, 1] after each step. The original is the usual custom
+  ``autograd.Function`` (forward ``where(x >= 0, 1, -1)``, saves ``x``, backward
+  ``grad * (|x| <= 1)``); hardgrad's is :func:`hardgrad.binarize`.
+* ``snn``: a spiking 64-128-10 network over 25 time steps of rate-coded input (Bernoulli
+  spikes of the pixel intensities, drawn once), leaky integrate-and-fire neurons
+  (:math:`m_t = \beta m_{t-1} + W x_t - \theta s_{t-1}`, reset by subtraction with the
+  previous spike detached, :math:`\beta = 0.9`, :math:`\theta = 1`), the loss the
+  cross-entropy of the output spike counts (Neftci et al. 2019,
+  https://arxiv.org/abs/1901.09948). The original's spike is the SuperSpike custom
+  ``autograd.Function`` (Zenke & Ganguli 2018: backward ``grad / (25 |v| + 1)^2``);
+  hardgrad's is :func:`hardgrad.heaviside` with ``FastSigmoid(slope=25)``, the same
+  derivative.
+* ``stochastic-mlp``: a 64-256-256-10 MLP with stochastic binary hidden units and the
+  sigmoid-adjusted straight-through gradient (Bengio et al. 2013,
+  https://arxiv.org/abs/1308.3432). The original draws ``torch.bernoulli(p, generator=g)``
+  and writes ``p + (b - p).detach()``; hardgrad's is :func:`hardgrad.bernoulli` with
+  ``estimator="st"``.
+
+Before timing, every pair is checked to compute the same thing: from the same initial
+weights and batch, the deterministic models give the same loss and the same parameter
+gradients (relative error at most 1e-4: ``x / s`` against ``x * (1/s)`` may put an
+element that lies on a rounding tie on the other side); for the stochastic MLP, whose two
+versions draw different noise, one stochastic layer's gradient given the same upstream
+gradient is compared (straight-through through the sigmoid does not depend on the draw).
+Batch 64, Adam (learning rate 1e-3), float32, on the bench's device and threads.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import nn as hgnn
+from .. import ops, surrogates
+from ..stochastic import bernoulli as hg_bernoulli
+from ._task import BenchSettings, Progress, Table, TaskResult, task
+from ._timing import median, ms, time_interleaved
+from .data import load_dataset
+
+__all__ = [
+    "MODELS",
+    "ModelCheckError",
+    "ModelPair",
+    "ModelsConfig",
+    "build_pair",
+    "check_pair",
+    "default_config",
+    "run",
+]
+
+#: The models, in table order.
+MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp")
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    """Settings of the ``models`` benchmark.
+
+    Attributes:
+        models: which of :data:`MODELS` to run.
+        batch: rows per training step.
+        time_steps: the spiking network's simulation length.
+        rounds: interleaved timing rounds.
+        min_run_time: seconds of calls per candidate and round (``blocked_autorange``).
+    """
+
+    models: tuple[str, ...] = MODELS
+    batch: int = 64
+    time_steps: int = 25
+    rounds: int = 15
+    min_run_time: float = 0.2
+
+
+def default_config(quick: bool) -> ModelsConfig:
+    """The full setting, or the ``--quick`` one: fewer and shorter rounds."""
+    if quick:
+        return ModelsConfig(rounds=7, min_run_time=0.1)
+    return ModelsConfig()
+
+
+class ModelCheckError(AssertionError):
+    """The two versions of a model compute different things."""
+
+
+# --------------------------------------------------------------------------- LSQ MLP
+
+BITS = 3
+
+
+def _grad_scale(s: Tensor, g: float) -> Tensor:
+    return (s - s * g).detach() + s * g
+
+
+def _round_pass(v: Tensor) -> Tensor:
+    return (v.round() - v).detach() + v
+
+
+def _lsq(v: Tensor, s: Tensor, qn: int, qp: int) -> Tensor:
+    """LSQ as the paper's pseudo-code writes it."""
+    s = _grad_scale(s, 1.0 / math.sqrt(v.numel() * qp))
+    return _round_pass((v / s).clamp(qn, qp)) * s
+
+
+class _LSQLinearOriginal(nn.Linear):
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.weight_scale = nn.Parameter(torch.tensor(0.0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        qp = 2 ** (BITS - 1) - 1
+        w = _lsq(self.weight, self.weight_scale, -(2 ** (BITS - 1)), qp)
+        return F.linear(x, w, self.bias)
+
+
+class _LSQActivationOriginal(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(0.0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _lsq(x, self.scale, 0, 2**BITS - 1)
+
+
+class _LSQLinearHardgrad(nn.Linear):
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.quantize = hgnn.Quantize(BITS, signed=True, in_range="unrounded", init_scale=1.0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.quantize(self.weight), self.bias)
+
+
+def _lsq_mlp(hardgrad: bool, n_in: int) -> nn.Module:
+    linear = _LSQLinearHardgrad if hardgrad else _LSQLinearOriginal
+
+    def act() -> nn.Module:
+        if hardgrad:
+            return hgnn.Quantize(BITS, signed=False, in_range="unrounded", init_scale=1.0)
+        return _LSQActivationOriginal()
+
+    return nn.Sequential(
+        linear(n_in, 256), nn.ReLU(), act(), linear(256, 256), nn.ReLU(), act(), linear(256, 10)
+    )
+
+
+def _init_lsq_scales(model: nn.Module, x: Tensor) -> None:
+    """LSQ's initial scales :math:`2\\overline{|v|}/\\sqrt{Q_p}`, from the weights and a batch,
+    written into either version's parameters (the same values for both)."""
+    with torch.no_grad():
+        h = x
+        for layer in model.children():
+            if isinstance(layer, nn.Linear):
+                value = 2 * layer.weight.abs().mean() / math.sqrt(2 ** (BITS - 1) - 1)
+                if isinstance(layer, _LSQLinearHardgrad):
+                    layer.quantize.scale.copy_(value)
+                elif isinstance(layer, _LSQLinearOriginal):
+                    layer.weight_scale.copy_(value)
+                h = F.linear(h, layer.weight, layer.bias)
+            elif isinstance(layer, nn.ReLU):
+                h = layer(h)
+            elif isinstance(layer, (hgnn.Quantize, _LSQActivationOriginal)):
+                layer.scale.copy_(2 * h.abs().mean() / math.sqrt(2**BITS - 1))
+
+
+# --------------------------------------------------------------------------- BinaryNet
+
+
+class _SignSTE(torch.autograd.Function):
+    """BinaryNet's sign as public code writes it: +-1 forward, clipped identity backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * (x.abs() <= 1).to(grad.dtype)
+
+
+class _BinaryLinear(nn.Linear):
+    def __init__(self, n_in: int, n_out: int, hardgrad: bool) -> None:
+        super().__init__(n_in, n_out)
+        self.hardgrad = hardgrad
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = ops.binarize(self.weight) if self.hardgrad else _SignSTE.apply(self.weight)
+        return F.linear(x, w, self.bias)
+
+
+class _Sign(nn.Module):
+    def __init__(self, hardgrad: bool) -> None:
+        super().__init__()
+        self.hardgrad = hardgrad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.binarize(x) if self.hardgrad else _SignSTE.apply(x)
+
+
+def _binarynet_mlp(hardgrad: bool, n_in: int) -> nn.Module:
+    return nn.Sequential(
+        _BinaryLinear(n_in, 256, hardgrad),
+        nn.BatchNorm1d(256),
+        _Sign(hardgrad),
+        _BinaryLinear(256, 256, hardgrad),
+        nn.BatchNorm1d(256),
+        _Sign(hardgrad),
+        _BinaryLinear(256, 10, hardgrad),
+        nn.BatchNorm1d(10),
+    )
+
+
+def _clip_latent_weights(model: nn.Module) -> None:
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, _BinaryLinear):
+                layer.weight.clamp_(-1, 1)
+
+
+# --------------------------------------------------------------------------- SNN
+
+SLOPE = 25.0
+BETA = 0.9
+THRESHOLD = 1.0
+
+
+class _SuperSpike(torch.autograd.Function):
+    """The spike as public code writes it: step forward, fast-sigmoid derivative backward."""
+
+    @staticmethod
+    def forward(ctx: Any, v: Tensor) -> Tensor:
+        ctx.save_for_backward(v)
+        return (v > 0).to(v.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (v,) = ctx.saved_tensors
+        return grad / (SLOPE * v.abs() + 1.0) ** 2
+
+
+class _SpikingMLP(nn.Module):
+    def __init__(self, hardgrad: bool, n_in: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(n_in, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.hardgrad = hardgrad
+        self.surrogate = surrogates.FastSigmoid(slope=SLOPE)
+
+    def spike(self, v: Tensor) -> Tensor:
+        if self.hardgrad:
+            return ops.heaviside(v, surrogate=self.surrogate)
+        return _SuperSpike.apply(v)
+
+    def forward(self, spikes_in: Tensor) -> Tensor:
+        """``spikes_in``: ``(T, batch, n_in)``; returns the output spike counts."""
+        batch = spikes_in.shape[1]
+        mem1 = spikes_in.new_zeros(batch, 128)
+        mem2 = spikes_in.new_zeros(batch, 10)
+        spk1, spk2 = torch.zeros_like(mem1), torch.zeros_like(mem2)
+        counts = torch.zeros_like(mem2)
+        for x_t in spikes_in:
+            mem1 = BETA * mem1 + self.fc1(x_t) - THRESHOLD * spk1.detach()
+            spk1 = self.spike(mem1 - THRESHOLD)
+            mem2 = BETA * mem2 + self.fc2(spk1) - THRESHOLD * spk2.detach()
+            spk2 = self.spike(mem2 - THRESHOLD)
+            counts = counts + spk2
+        return counts
+
+
+# --------------------------------------------------------------------------- stochastic MLP
+
+
+class _StochasticBinary(nn.Module):
+    def __init__(self, hardgrad: bool, generator: torch.Generator) -> None:
+        super().__init__()
+        self.hardgrad = hardgrad
+        self.generator = generator
+
+    def forward(self, logits: Tensor) -> Tensor:
+        if self.hardgrad:
+            return hg_bernoulli(logits, estimator="st", generator=self.generator)
+        p = torch.sigmoid(logits)
+        return p + (torch.bernoulli(p, generator=self.generator) - p).detach()
+
+
+def _stochastic_mlp(hardgrad: bool, generator: torch.Generator, n_in: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(n_in, 256),
+        _StochasticBinary(hardgrad, generator),
+        nn.Linear(256, 256),
+        _StochasticBinary(hardgrad, generator),
+        nn.Linear(256, 10),
+    )
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+@dataclass
+class ModelPair:
+    """One model written twice, with its optimizers and the batch it trains on."""
+
+    name: str
+    original: nn.Module
+    hardgrad: nn.Module
+    inputs: Tensor
+    targets: Tensor
+    after_step: Callable[[nn.Module], None] | None = None
+
+    def step_fn(self, which: str) -> Callable[[], None]:
+        """One training step of ``which`` (``"original"`` or ``"hardgrad"``)."""
+        model = self.original if which == "original" else self.hardgrad
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        inputs, targets, after = self.inputs, self.targets, self.after_step
+
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            if after is not None:
+                after(model)
+
+        return step
+
+
+def _batch(settings: BenchSettings, config: ModelsConfig) -> tuple[Tensor, Tensor]:
+    data = load_dataset(settings.data, seed=settings.seed)
+    x, y = data.x_train[: config.batch], data.y_train[: config.batch]
+    return x.to(settings.device), y.to(settings.device)
+
+
+def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> ModelPair:
+    """Both versions of model ``name`` with the same initial weights, on the device."""
+    x, y = _batch(settings, config)
+    n_in = x.shape[1]
+    torch.manual_seed(settings.seed)
+    after: Callable[[nn.Module], None] | None = None
+    if name == "lsq-mlp":
+        original, hardgrad = _lsq_mlp(False, n_in), _lsq_mlp(True, n_in)
+    elif name == "binarynet-mlp":
+        original, hardgrad = _binarynet_mlp(False, n_in), _binarynet_mlp(True, n_in)
+        after = _clip_latent_weights
+    elif name == "snn":
+        original, hardgrad = _SpikingMLP(False, n_in), _SpikingMLP(True, n_in)
+        rates = (x / x.max()).clamp(0, 1).cpu()
+        noise = torch.Generator().manual_seed(settings.seed)
+        x = torch.bernoulli(rates.expand(config.time_steps, *rates.shape), generator=noise)
+        x = x.to(settings.device)
+    elif name == "stochastic-mlp":
+        device = torch.device(settings.device)
+        original = _stochastic_mlp(False, torch.Generator(device).manual_seed(settings.seed), n_in)
+        hardgrad = _stochastic_mlp(True, torch.Generator(device).manual_seed(settings.seed), n_in)
+    else:
+        raise ValueError(f"Unknown model {name!r}; available: {', '.join(MODELS)}")
+    _copy_weights(original, hardgrad)
+    original.to(settings.device)
+    hardgrad.to(settings.device)
+    if name == "lsq-mlp":
+        _init_lsq_scales(original, x)
+        _init_lsq_scales(hardgrad, x)
+    return ModelPair(name, original, hardgrad, x, y, after)
+
+
+def _copy_weights(source: nn.Module, target: nn.Module) -> None:
+    """The weights of every ``nn.Linear`` of ``source`` into ``target``'s, in order."""
+    linears = [m for m in source.modules() if isinstance(m, nn.Linear)]
+    others = [m for m in target.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for a, b in zip(linears, others, strict=True):
+            b.weight.copy_(a.weight)
+            b.bias.copy_(a.bias)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _relative_error(a: Tensor, b: Tensor) -> float:
+    scale = max(float(b.norm()), 1e-12)
+    return float((a - b).norm()) / scale
+
+
+def check_pair(pair: ModelPair, tolerance: float = 1e-4) -> dict[str, float]:
+    """``ModelCheckError`` unless both versions compute the same loss and gradients.
+
+    Returns the largest relative errors seen (loss, parameter gradients)."""
+    if pair.name == "stochastic-mlp":
+        return _check_stochastic_layer(pair)
+    losses, grads = [], []
+    for model in (pair.original, pair.hardgrad):
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(pair.inputs), pair.targets)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([m.weight.grad for m in model.modules() if isinstance(m, nn.Linear)])
+        model.zero_grad(set_to_none=True)
+    loss_error = _relative_error(losses[1], losses[0])
+    grad_error = max(_relative_error(b, a) for a, b in zip(*grads, strict=True))
+    if not (loss_error <= tolerance and grad_error <= tolerance):
+        raise ModelCheckError(
+            f"models/{pair.name}: hardgrad's version differs from the original: relative "
+            f"loss error {loss_error:.3g}, largest relative weight-gradient error "
+            f"{grad_error:.3g} (tolerance {tolerance:g})"
+        )
+    return {"loss": loss_error, "gradient": grad_error}
+
+
+def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
+    """The straight-through gradient of one stochastic layer does not depend on the draw:
+    both versions must give the same gradient for the same logits and upstream gradient."""
+    layers = [
+        next(m for m in model.modules() if isinstance(m, _StochasticBinary))
+        for model in (pair.original, pair.hardgrad)
+    ]
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(pair.inputs.shape[0], 256, generator=generator).to(pair.inputs.device)
+    upstream = torch.randn(logits.shape, generator=generator).to(logits.device)
+    grads = []
+    for layer in layers:
+        leaf = logits.clone().requires_grad_()
+        sample = layer(leaf)
+        if not bool(((sample == 0) | (sample == 1)).all()):
+            raise ModelCheckError(f"models/{pair.name}: a sample is not in {{0, 1}}")
+        (grad,) = torch.autograd.grad(sample, leaf, upstream)
+        grads.append(grad)
+    error = _relative_error(grads[1], grads[0])
+    if not error <= 1e-6:
+        raise ModelCheckError(
+            f"models/{pair.name}: the straight-through gradients differ (relative error "
+            f"{error:.3g})"
+        )
+    return {"loss": float("nan"), "gradient": error}
+
+
+# --------------------------------------------------------------------------- running
+
+
+@task(
+    "models",
+    "one training step of small models written the way public code writes them (LSQ MLP, "
+    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP): hand-written vs "
+    "hardgrad, interleaved; ms per step and ratios",
+    default_config,
+)
+def run(settings: BenchSettings, config: ModelsConfig, progress: Progress) -> TaskResult:
+    unknown = [m for m in config.models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"Unknown model(s) {unknown} for `models`; available: {', '.join(MODELS)}")
+    progress.start("models", len(config.models))
+    rng = random.Random(settings.seed)
+    results: dict[str, Any] = {}
+    for name in config.models:
+        pair = build_pair(name, settings, config)
+        errors = check_pair(pair)
+        steps = {"original": pair.step_fn("original"), "hardgrad": pair.step_fn("hardgrad")}
+        for step in steps.values():  # warm-up: allocator, Adam state, lazy init
+            step()
+            step()
+        times = time_interleaved(
+            steps,
+            rounds=config.rounds,
+            min_run_time=config.min_run_time,
+            threads=settings.threads,
+            rng=rng,
+        )
+        paired = [h / o for h, o in zip(times["hardgrad"], times["original"], strict=True)]
+        results[name] = {
+            "original_ms": ms(median(times["original"])),
+            "hardgrad_ms": ms(median(times["hardgrad"])),
+            "ratio": median(times["hardgrad"]) / median(times["original"]),
+            "round_ratios": paired,
+            "rounds_faster": sum(r < 1.0 for r in paired),
+            "original_rounds_ms": [ms(t) for t in times["original"]],
+            "hardgrad_rounds_ms": [ms(t) for t in times["hardgrad"]],
+            "check": errors,
+        }
+        progress.advance(f"{name} done")
+    progress.finish()
+    table = Table(
+        "One training step: hand-written original vs hardgrad (median over interleaved rounds)",
+        ["model", "original ms", "hardgrad ms", "ratio", "hardgrad faster", "check"],
+    )
+    for name, entry in results.items():
+        check = entry["check"]
+        checked = (
+            f"grad rel. err {check['gradient']:.1e}"
+            if math.isnan(check["loss"])
+            else f"loss {check['loss']:.1e}, grads {check['gradient']:.1e}"
+        )
+        table.rows.append(
+            [
+                name,
+                f"{entry['original_ms']:.3f}",
+                f"{entry['hardgrad_ms']:.3f}",
+                f"{entry['ratio']:.2f}",
+                f"{entry['rounds_faster']}/{len(entry['round_ratios'])}",
+                checked,
+            ]
+        )
+    table.notes.append(
+        f"batch {config.batch}, Adam, float32, {settings.threads} thread(s), device "
+        f"{settings.device}; {config.rounds} rounds of at least {config.min_run_time:g} s "
+        "per candidate; ratio = hardgrad / original (below 1: hardgrad faster)."
+    )
+    return TaskResult(
+        name="models",
+        summary="training-step time of hand-written models against the same with hardgrad",
+        settings={
+            "models": list(config.models),
+            "batch": config.batch,
+            "time_steps": config.time_steps,
+            "rounds": config.rounds,
+            "min_run_time": config.min_run_time,
+        },
+        data={"models": results},
+        tables=[table],
+    )
