@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -412,8 +413,8 @@ def fresh_dynamo() -> Iterator[None]:
 @pytest.mark.compile
 @pytest.mark.slow
 def test_expectation_under_torch_compile(cuda_device, fresh_dynamo) -> None:
-    """One ``torch.compile(fullgraph=True)`` graph calls ``hg.expectation`` with every
-    estimator the docs declare compilable (all but REBAR and RELAX), Bernoulli and, where
+    """``hg.expectation`` under ``torch.compile(fullgraph=True)``, one graph per call, with
+    every estimator the docs declare compilable (all but REBAR and RELAX), Bernoulli and, where
     defined, categorical, plus ``Reinforce(baseline="ema")``, with ``generator=None``
     (dynamo cannot take a generator). On the device, with inductor's ``fallback_random``
     (eager's random numbers), values and gradients equal eager's from the same
@@ -427,22 +428,6 @@ def test_expectation_under_torch_compile(cuda_device, fresh_dynamo) -> None:
     bernoulli_names = COMPILED_NAMES
     categorical_names = [n for n in COMPILED_NAMES if "categorical" in dists_of(n)]
 
-    def make(ema: Reinforce) -> Callable[[Tensor, Tensor], tuple[list[Tensor], Tensor]]:
-        def fn(x: Tensor, y: Tensor) -> tuple[list[Tensor], Tensor]:
-            values = []
-            for i, name in enumerate(bernoulli_names):
-                n = None if name == "exact" else 2
-                values.append(hg.expectation(bits, x[i], estimator=name, num_samples=n))
-            values.append(hg.expectation(bits, x[-1], estimator=ema, num_samples=2))
-            for i, name in enumerate(categorical_names):
-                n = None if name == "exact" else 2
-                values.append(
-                    hg.expectation(onehot, y[i], dist="categorical", estimator=name, num_samples=n)
-                )
-            return values, sum((v * upstream).sum() for v in values)
-
-        return fn
-
     x0 = base_logits("bernoulli").to(device=device, dtype=dtype)
     y0 = base_logits("categorical").to(device=device, dtype=dtype)
     x0 = x0.expand(len(bernoulli_names) + 1, *x0.shape)
@@ -450,16 +435,37 @@ def test_expectation_under_torch_compile(cuda_device, fresh_dynamo) -> None:
 
     def run(compiled: bool) -> tuple[list[Tensor], Tensor, Tensor, Reinforce]:
         ema = Reinforce(baseline="ema", decay=0.5).to(device)
-        fn = make(ema)
         x, y = x0.clone().requires_grad_(), y0.clone().requires_grad_()
+        calls: list[tuple[Callable[..., Tensor], Tensor, int]] = []
+        for i, name in enumerate(bernoulli_names):
+            n = None if name == "exact" else 2
+            call = functools.partial(hg.expectation, bits, estimator=name, num_samples=n)
+            calls.append((call, x, i))
+        ema_call = functools.partial(hg.expectation, bits, estimator=ema, num_samples=2)
+        calls.append((ema_call, x, len(bernoulli_names)))
+        for i, name in enumerate(categorical_names):
+            n = None if name == "exact" else 2
+            call = functools.partial(
+                hg.expectation, onehot, dist="categorical", estimator=name, num_samples=n
+            )
+            calls.append((call, y, i))
+        # One graph per call: inductor may reorder the random draws of independent calls
+        # within one graph (seen on CUDA), so each graph holds one call's draws, and the
+        # calls draw from the global generator in program order, as in eager mode.
         torch.manual_seed(5)
-        if compiled:
-            with torch._inductor.config.patch(fallback_random=True):
-                values, loss = torch.compile(fn, fullgraph=True)(x, y)
-                loss.backward()
-        else:
-            values, loss = fn(x, y)
-            loss.backward()
+        values = []
+        for call, leaf, i in calls:
+
+            def fn(t: Tensor, call: Callable[..., Tensor] = call, i: int = i) -> Tensor:
+                return call(t[i])
+
+            if compiled:
+                torch._dynamo.reset()
+                with torch._inductor.config.patch(fallback_random=True):
+                    values.append(torch.compile(fn, fullgraph=True)(leaf))
+            else:
+                values.append(fn(leaf))
+        sum((v * upstream).sum() for v in values).backward()  # type: ignore[union-attr]
         assert x.grad is not None and y.grad is not None
         return [v.detach() for v in values], x.grad, y.grad, ema
 

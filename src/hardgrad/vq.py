@@ -527,7 +527,25 @@ def _check_levels(levels: Any) -> tuple[int, ...]:
     return out
 
 
+#: FSQ's per-channel constants, per (levels, dtype, device), made once in eager mode: built
+#: afresh, they are small CPU tensors copied to the device on every call (a host sync).
+_FSQ_CONSTANTS: dict[tuple[Any, ...], tuple[Tensor, ...]] = {}
+_RADIX: dict[tuple[Any, ...], Tensor] = {}
+
+
 def _fsq_constants(levels: tuple[int, ...], dtype: torch.dtype, device: Any) -> tuple[Tensor, ...]:
+    if torch.compiler.is_compiling():
+        return _make_fsq_constants(levels, dtype, device)
+    key = (levels, dtype, torch.device(device))
+    if key not in _FSQ_CONSTANTS:
+        with torch.inference_mode(False):  # plain tensors, usable in autograd later
+            _FSQ_CONSTANTS[key] = _make_fsq_constants(levels, dtype, device)
+    return _FSQ_CONSTANTS[key]
+
+
+def _make_fsq_constants(
+    levels: tuple[int, ...], dtype: torch.dtype, device: Any
+) -> tuple[Tensor, ...]:
     half = torch.tensor([(v - 1) / 2 for v in levels], dtype=torch.float64)
     offset = torch.tensor([0.5 if v % 2 == 0 else 0.0 for v in levels], dtype=torch.float64)
     bound = half * (1 + 1e-3)  # > half: atanh(offset / bound) is finite for L = 2
@@ -593,7 +611,13 @@ def _radix(levels: tuple[int, ...], device: Any) -> Tensor:
     basis = [1]
     for v in levels[:-1]:
         basis.append(basis[-1] * v)
-    return torch.tensor(basis, dtype=torch.int64, device=device)
+    if torch.compiler.is_compiling():
+        return torch.tensor(basis, dtype=torch.int64, device=device)
+    key = (levels, torch.device(device))
+    if key not in _RADIX:
+        with torch.inference_mode(False):
+            _RADIX[key] = torch.tensor(basis, dtype=torch.int64, device=device)
+    return _RADIX[key]
 
 
 def fsq_indices_to_codes(

@@ -63,6 +63,8 @@ def _grid(x: Tensor, inverse: Scale, zero_point: Tensor | None, dtype: torch.dty
     ``zero_point=None`` stands for 0. Adding +0 turns the -0.0 that ``round`` gives small
     negative values into the +0.0 of torch's integer levels.
     """
+    if not eager_plain(x):  # (out of place: see _fake_quantize)
+        return torch.round(x.to(dtype) * inverse) + (0.0 if zero_point is None else zero_point)
     level = (x.to(dtype) * inverse).round_()
     return level.add_(0.0 if zero_point is None else zero_point)
 
@@ -89,6 +91,13 @@ def _fake_quantize(
     clamped = torch.clamp(level, quant_min, quant_max)
     if not unrounded:
         keep = level == clamped
+    if not eager_plain(x):
+        # Out of place under torch.compile: with torch 2.11 the in-place updates of
+        # ``clamped`` after ``keep`` was read from it gave a backward of zeros (the mask
+        # recomputed from the updated values); inductor fuses either form alike.
+        if zero_point is not None:
+            clamped = clamped - zero_point
+        return (clamped * scale).to(x.dtype), keep
     if zero_point is not None:
         clamped.sub_(zero_point)
     return clamped.mul_(scale).to(x.dtype), keep
