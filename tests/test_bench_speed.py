@@ -227,3 +227,31 @@ def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
     assert "gradient of half" in half["check_error"] and "eager_ms" not in half
     report = (tmp_path / "report.md").read_text()
     assert "not timed: round/half (eager: " in report
+
+
+def test_compiled_hardgrad_that_differs_from_eager_is_reported_not_timed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen with torch 2.11: compiled hg.quantize had a zero backward. The speed task
+    checks compiled hardgrad against eager hardgrad, reports a difference and goes on."""
+    from hardgrad.bench import speed
+
+    def miscompiled(fn: Any, x: Any, g: Any) -> tuple[Any, bool]:
+        return (lambda t: fn(t).detach() + 0 * t), True  # the right values, zero gradient
+
+    monkeypatch.setattr(speed, "compile_warm", miscompiled)
+    config = SpeedConfig(
+        numel=4096,
+        ops=("round",),
+        rounds=2,
+        min_run_time=0.002,
+        compile=True,
+        small_numel=0,
+        plot=False,
+        samplers=(),
+    )
+    ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
+    assert ops["round"]["compiled"] is None
+    assert "gradient" in ops["round"]["compiled_error"]
+    assert ops["round"]["eager"]["hardgrad_ms"] > 0
+    assert "computed something else than in eager mode" in (tmp_path / "report.md").read_text()

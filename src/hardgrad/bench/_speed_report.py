@@ -222,6 +222,16 @@ def notes(
         for key, mode in CHECK_ERROR_KEYS
         if key in c
     ]
+    compiled_wrong = [
+        f"{n} ({ops[n]['compiled_error'].splitlines()[0]})"
+        for n in names
+        if "compiled_error" in ops[n]
+    ]
+    if compiled_wrong:
+        notes.append(
+            "hardgrad under torch.compile computed something else than in eager mode, "
+            "so that op was not timed compiled (a bug to report): " + "; ".join(compiled_wrong)
+        )
     if wrong:
         notes.append(
             "Computed something else than hardgrad's semantics, not timed: "

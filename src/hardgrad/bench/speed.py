@@ -356,7 +356,13 @@ def _run_op(
     entry["eager"] = _run_mode("eager", *common)
     progress.advance(f"{name}: eager done")
     if compiled:
-        entry["compiled"] = _run_mode("compiled", *common)
+        try:
+            entry["compiled"] = _run_mode("compiled", *common)
+        except SpeedCheckError as error:
+            # Compiled hardgrad differs from eager hardgrad (a torch.compile bug in some
+            # torch versions): reported, not timed, and the run goes on.
+            entry["compiled_error"] = str(error)
+            progress.log(f"{name}: compiled hardgrad left out: {error}")
         torch._dynamo.reset()
         progress.advance(f"{name}: compiled done")
     del x, g, ref, common

@@ -92,9 +92,9 @@ def _fake_quantize(
     if not unrounded:
         keep = level == clamped
     if not eager_plain(x):
-        # Out of place under torch.compile: with torch 2.11 the in-place updates of
-        # ``clamped`` after ``keep`` was read from it gave a backward of zeros (the mask
-        # recomputed from the updated values); inductor fuses either form alike.
+        # Out of place under torch.compile: with torch 2.11, dynamo loses the gradient
+        # of an autograd.Function whose forward updates a tensor in place (seen on CPU
+        # and CUDA; torch 2.13 is fine); inductor fuses either form alike.
         if zero_point is not None:
             clamped = clamped - zero_point
         return (clamped * scale).to(x.dtype), keep
@@ -108,6 +108,8 @@ def _fake_quantize_value(
 ) -> Tensor:
     """Forward only (no mask), zero point 0, number scale."""
     level = _grid(x, inverse, None, _compute_dtype(x.dtype))
+    if not eager_plain(x):  # (out of place under torch.compile: see _fake_quantize)
+        return (torch.clamp(level, quant_min, quant_max) * scale).to(x.dtype)
     # clamp_min_/clamp_max_ rather than clamp_: vmap has batching rules for them only.
     return level.clamp_min_(quant_min).clamp_max_(quant_max).mul_(scale).to(x.dtype)
 
