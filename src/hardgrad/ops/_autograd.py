@@ -33,6 +33,8 @@ from .._kernels import eager_plain
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 F = TypeVar("F", bound=torch.autograd.Function)
 G = TypeVar("G", bound=torch.autograd.Function)
 
@@ -108,7 +110,10 @@ def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     if torch._C._are_functorch_transforms_active() or _forward_ad._current_level >= 0:
         return getattr(function, "forward_twin", function).apply(*args)
     base = super(torch.autograd.Function, function)  # the C++ _FunctionBase.apply
-    return base.apply(*unwrap_dead_wrappers(args))  # type: ignore[attr-defined]
+    for arg in args:  # (a dead wrapper is a functorch-wrapped tensor: rare, checked cheaply)
+        if isinstance(arg, Tensor) and _is_wrapped(arg):
+            return base.apply(*unwrap_dead_wrappers(args))  # type: ignore[attr-defined]
+    return base.apply(*args)  # type: ignore[attr-defined]
 
 
 @cached_signature
