@@ -714,10 +714,12 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     ),
     "FSQ": lambda g: hg.nn.FSQ([3, 5, 4, 2, 2, 3]),
     "LFQ": lambda g: hg.nn.LFQ(6),
+    "MoE": lambda g: hg.nn.MoE(6, num_experts=4, k=2),
+    "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
-TUPLE_OUTPUT = {"VectorQuantize", "FSQ", "LFQ"}
+TUPLE_OUTPUT = {"VectorQuantize", "FSQ", "LFQ", "MoE"}
 #: Modules whose forward is a deterministic function of the input: bit-identical on the
 #: CPU. Quantize's scale comes from a mean of the first batch (summation order differs).
 EXACT_FORWARD = {"Round", "Sign", "Binarize", "Heaviside", "Clamp", "OneHotArgmax"}

@@ -914,10 +914,12 @@ def load_balancing_loss(
     """
     check_floating(logits, "logits")
     experts = logits.shape[-1] if num_experts is None else num_experts
-    p = torch.softmax(logits.reshape(-1, experts).to(torch.float32), -1)
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    p = torch.softmax(logits.reshape(-1, experts).to(compute), -1)
     flat = indices.reshape(-1)
-    counts = torch.zeros(experts, device=logits.device).index_add(
-        0, flat, torch.ones(flat.shape, device=logits.device)
+    counts = torch.zeros(experts, dtype=compute, device=logits.device).index_add(
+        0, flat, torch.ones(flat.shape, dtype=compute, device=logits.device)
     )
-    fraction = counts / max(flat.numel(), 1)
-    return (experts * (fraction * p.mean(0)).sum()).to(logits.dtype)
+    fraction = counts / max(flat.shape[0], 1)
+    mean = p.sum(0) / max(p.shape[0], 1)  # (no NaN for an empty batch)
+    return (experts * (fraction * mean).sum()).to(logits.dtype)

@@ -1,0 +1,215 @@
+r"""A small, correct mixture-of-experts layer over :func:`hardgrad.topk_route`.
+
+Papers: Shazeer et al. (2017), https://arxiv.org/abs/1701.06538 (sparsely-gated MoE);
+Fedus et al. (2021), https://arxiv.org/abs/2101.03961 (Switch Transformer, its
+load-balancing loss); the router-gradient estimators in :mod:`hardgrad.routing`. A
+reference layer for tests and benchmarks, not a production kernel: each token's k experts
+are evaluated by gathering their weights (``O(N k)`` expert evaluations, no capacity limit,
+no dropped tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .. import routing
+from .._checkpoint import SettingsInState
+from .._validation import check_floating, check_int
+from ..estimators import Estimator
+
+
+class MoE(SettingsInState, nn.Module):
+    r"""Mixture of experts: a linear router, ``num_experts`` two-layer MLPs, top-k dispatch.
+
+    For each token :math:`x` (the last dim of the input):
+
+    .. math::
+
+        \theta = W_r x, \qquad (g, S) = \operatorname{topk\_route}(\theta, k), \qquad
+        y = \sum_{r=1}^{k} g_r\, E_{S_r}(x), \qquad
+        E_j(x) = W_{2,j}\, \operatorname{GELU}(W_{1,j} x + b_{1,j}) + b_{2,j},
+
+    computed sparsely (only the k selected experts of each token are evaluated). The
+    router's gradient is :func:`hardgrad.topk_route`'s ``estimator``:
+
+    * ``"sparse"`` (default), ``"sparsemixer"``, ``"sparsemixer_v1"`` or a discrete
+      pathwise estimator (stochastic routing, training mode only; eval routes
+      deterministically with ``"sparse"``; SparseMixer evaluates in its own eval mode);
+    * ``"dense"``: DenseMixer. The forward stays sparse; in backward the unselected
+      experts are evaluated once, without gradient to their parameters, for the router's
+      gradient (:func:`hardgrad.routing.dense_mixer`): :math:`N(E - k)` extra expert
+      evaluations per step, forward-only.
+
+    ``forward(x)`` returns ``(y, indices, loss)``: ``y`` of shape ``(*batch,
+    out_features)``, the selected experts ``(*batch, k)`` and the scalar load-balancing
+    loss of the Switch Transformer, :math:`E\sum_j f_j P_j`
+    (:func:`hardgrad.routing.load_balancing_loss`; add it to the training loss with a
+    small weight, e.g. 0.01). An input of another floating dtype than the parameters is
+    computed in the parameters' dtype and ``y`` cast back to the input's.
+
+    Args:
+        in_features: size of each input token.
+        out_features: size of each output token (default ``in_features``).
+        num_experts: E >= 1.
+        k: experts per token, ``1 <= k <= E``.
+        hidden_features: the experts' hidden width (default ``2 * in_features``).
+        estimator: the router gradient (see :func:`hardgrad.topk_route`).
+        normalize: the gates' normalisation (``None``: ``"renormalize"``, or
+            ``"none"`` for ``k=1``; must be ``None`` for SparseMixer).
+        generator: randomness of the sampling estimators.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> _ = torch.manual_seed(0)
+        >>> moe = hg.nn.MoE(4, num_experts=4, k=2, estimator="dense")
+        >>> moe
+        MoE(
+          in_features=4, out_features=4, num_experts=4, k=2, hidden_features=8, estimator='dense', normalize='renormalize'
+          (router): Linear(in_features=4, out_features=4, bias=False)
+        )
+        >>> y, indices, loss = moe(torch.randn(3, 4))
+        >>> y.shape, indices.tolist()
+        (torch.Size([3, 4]), [[1, 3], [2, 0], [1, 3]])
+        >>> (y.square().mean() + 0.01 * loss).backward()
+        >>> bool(moe.router.weight.grad.abs().sum() > 0)
+        True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int | None = None,
+        *,
+        num_experts: int = 8,
+        k: int = 2,
+        hidden_features: int | None = None,
+        estimator: str | Estimator | routing.SparseMixer = "sparse",
+        normalize: str | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = check_int(in_features, "in_features", low=1)
+        self.out_features = check_int(
+            in_features if out_features is None else out_features, "out_features", low=1
+        )
+        self.num_experts = check_int(num_experts, "num_experts", low=1)
+        self.k = check_int(k, "k", low=1, high=self.num_experts)
+        hidden = 2 * self.in_features if hidden_features is None else hidden_features
+        self.hidden_features = check_int(hidden, "hidden_features", low=1)
+        resolved = routing._resolve(estimator)
+        if isinstance(resolved, routing.SparseMixer):
+            if normalize is not None:
+                raise ValueError(
+                    f"Expected `normalize`=None for SparseMixer, but found normalize={normalize!r}"
+                )
+            limit = 2 if resolved.version == 2 else 1
+            if self.k > limit:
+                raise ValueError(f"Expected `k` <= {limit} for {resolved!r}, but found k={self.k}")
+        elif normalize is None:
+            normalize = "none" if self.k == 1 else "renormalize"
+        self.normalize = None if normalize is None else routing._check_normalize(normalize)
+        self.estimator = estimator
+        self._resolved = resolved
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"Expected `generator` to be a torch.Generator or None, but found {type(generator).__name__}"
+            )
+        self.generator = generator
+        e, d, h, o = self.num_experts, self.in_features, self.hidden_features, self.out_features
+        self.router = nn.Linear(d, e, bias=False)
+        self.w1 = nn.Parameter(torch.empty(e, d, h))
+        self.b1 = nn.Parameter(torch.empty(e, h))
+        self.w2 = nn.Parameter(torch.empty(e, h, o))
+        self.b2 = nn.Parameter(torch.empty(e, o))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert's layers initialised as :class:`torch.nn.Linear` initialises its own."""
+        for weight, bias, fan_in in (
+            (self.w1, self.b1, self.in_features),
+            (self.w2, self.b2, self.hidden_features),
+        ):
+            bound = 1 / math.sqrt(fan_in)
+            nn.init.uniform_(weight, -bound, bound)
+            nn.init.uniform_(bias, -bound, bound)
+        self.router.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"num_experts={self.num_experts}, k={self.k}, hidden_features={self.hidden_features}, "
+            f"estimator={self.estimator!r}, normalize={self.normalize!r}"
+        )
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        return {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "num_experts": self.num_experts,
+            "hidden_features": self.hidden_features,
+        }
+
+    def expert_pairs(self, x: Tensor, experts: Tensor) -> Tensor:
+        r"""The outputs :math:`E_{j_n}(x_n)` for pairs of tokens ``x`` ``(n, in_features)`` and
+        experts ``experts`` ``(n,)``: shape ``(n, out_features)``, differentiable."""
+        h = torch.bmm(x.unsqueeze(1), self.w1[experts]).squeeze(1) + self.b1[experts]
+        h = torch.nn.functional.gelu(h)
+        return torch.bmm(h.unsqueeze(1), self.w2[experts]).squeeze(1) + self.b2[experts]
+
+    def experts_at(self, x: Tensor, indices: Tensor) -> Tensor:
+        """The outputs of the experts ``indices`` ``(*batch, m)`` for the tokens ``x``
+        ``(*batch, in_features)`` (a leading sample dim on ``indices`` broadcasts):
+        shape ``(*indices.shape, out_features)``."""
+        rows = x.expand(*indices.shape[:-1], x.shape[-1])
+        m = indices.shape[-1]
+        flat = rows.unsqueeze(-2).expand(*indices.shape, x.shape[-1]).reshape(-1, x.shape[-1])
+        out = self.expert_pairs(flat, indices.reshape(-1))
+        return out.reshape(*indices.shape[:-1], m, self.out_features)
+
+    def route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """Gates and indices for router logits ``(N, E)``, in this module's mode."""
+        resolved = self._resolved
+        if isinstance(resolved, routing.SparseMixer):
+            return routing.topk_route(
+                logits, self.k, estimator=resolved, generator=self.generator, training=self.training
+            )
+        estimator: Any = self.estimator
+        if not self.training and not isinstance(resolved, str):
+            estimator = "sparse"  # stochastic routing trains; evaluation routes by the top-k
+        return routing.topk_route(
+            logits, self.k, estimator=estimator, normalize=self.normalize, generator=self.generator
+        )
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        check_floating(x, "x")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"Expected `x` with last dim in_features={self.in_features}, but found shape "
+                f"{tuple(x.shape)}"
+            )
+        batch = x.shape[:-1]
+        rows = x.reshape(-1, self.in_features).to(self.w1.dtype)
+        logits = self.router(rows)
+        gates, indices = self.route(logits)
+        outputs = self.experts_at(rows, indices)
+        y = (gates.unsqueeze(-1) * outputs).sum(-2)
+        dense = self._resolved == "dense" and self.training and self.k < self.num_experts
+        if dense and torch.is_grad_enabled():
+            frozen = rows.detach()
+
+            def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
+                return self.expert_pairs(frozen[tokens], experts)
+
+            y = routing.dense_mixer(
+                y, logits, indices, unselected, normalize=self.normalize or "renormalize"
+            )
+        loss = routing.load_balancing_loss(logits, indices, num_experts=self.num_experts)
+        return (
+            y.reshape(*batch, self.out_features).to(x.dtype),
+            indices.reshape(*batch, self.k),
+            loss,
+        )

@@ -1,0 +1,142 @@
+"""hg.nn.MoE: the sparse forward against a per-token loop, DenseMixer's router gradient
+against the dense-softmax formula, the extra expert compute counted, the load-balancing
+loss, eval mode, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hardgrad as hg
+
+
+def _moe(estimator="sparse", k=2, num_experts=5, dtype=torch.float64, **kwargs):
+    torch.manual_seed(0)
+    return hg.nn.MoE(4, 3, num_experts=num_experts, k=k, estimator=estimator, **kwargs).to(dtype)
+
+
+def _x(n=6, dtype=torch.float64, seed=1):
+    return torch.randn(n, 4, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _expert(moe, j, x):
+    """Expert j written as two affine maps and a GELU (no hardgrad code)."""
+    h = torch.nn.functional.gelu(x @ moe.w1[j] + moe.b1[j])
+    return h @ moe.w2[j] + moe.b2[j]
+
+
+@pytest.mark.parametrize("normalize", ["renormalize", "selected", "none"])
+def test_forward_is_the_per_token_loop(normalize):
+    moe = _moe(normalize=normalize)
+    x = _x()
+    y, indices, _ = moe(x)
+    logits = x @ moe.router.weight.T
+    p = torch.softmax(logits, -1)
+    for t in range(x.shape[0]):
+        top = torch.topk(p[t] if normalize != "selected" else logits[t], 2)
+        assert top.indices.tolist() == indices[t].tolist()
+        s = top.indices.tolist()
+        if normalize == "none":
+            g = p[t, s]
+        else:
+            g = torch.softmax(logits[t, s], -1)
+        expected = sum(g[r] * _expert(moe, j, x[t]) for r, j in enumerate(s))
+        torch.testing.assert_close(y[t], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("normalize", ["renormalize", "none"])
+def test_dense_router_gradient_is_the_dense_softmax_gradient(normalize):
+    dense, sparse = _moe("dense", normalize=normalize), _moe("sparse", normalize=normalize)
+    x = _x()
+    upstream = torch.randn(6, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    calls = []
+    original = dense.expert_pairs
+
+    def counting(xs, experts):
+        calls.append((xs.shape[0], torch.is_grad_enabled()))
+        return original(xs, experts)
+
+    dense.expert_pairs = counting  # type: ignore[method-assign]
+    y_dense, indices, _ = dense(x)
+    y_sparse, _, _ = sparse(x)
+    assert torch.equal(y_dense, y_sparse)  # the forward stays sparse
+    assert calls == [(6 * 2, True)]  # forward: the selected pairs only
+    (y_dense * upstream).sum().backward()
+    (y_sparse * upstream).sum().backward()
+    assert calls[1:] == [(6 * 3, False)]  # backward: N (E - k) pairs, without gradient
+    # reference: d/dW_r <upstream, sum_j w_j(W_r x) E_j(x)> with every expert evaluated
+    w_r = dense.router.weight.detach().clone().requires_grad_()
+    logits = x @ w_r.T
+    p = torch.softmax(logits, -1)
+    if normalize == "none":
+        w = p
+    else:
+        mask = torch.zeros_like(p).scatter(-1, indices, 1.0)
+        s = (p * mask).sum(-1, keepdim=True)
+        w = p * mask / s + p * (1 - mask) / s.detach()
+    with torch.no_grad():
+        outputs = torch.stack([_expert(dense, j, x) for j in range(5)], 1)  # (N, E, out)
+    y_ref = (w.unsqueeze(-1) * outputs).sum(1)
+    (grad,) = torch.autograd.grad((y_ref * upstream).sum(), w_r)
+    torch.testing.assert_close(dense.router.weight.grad, grad, rtol=1e-10, atol=1e-12)
+    # the experts' gradients are the sparse layer's: DenseMixer only changes the router's
+    for name in ("w1", "b1", "w2", "b2"):
+        torch.testing.assert_close(getattr(dense, name).grad, getattr(sparse, name).grad)
+    assert not torch.allclose(dense.router.weight.grad, sparse.router.weight.grad)
+
+
+def test_load_balancing_loss_is_switchs():
+    moe = _moe(k=1)
+    x = _x(n=40)
+    _, indices, loss = moe(x)
+    p = torch.softmax(x @ moe.router.weight.T, -1)
+    f = torch.bincount(indices[:, 0], minlength=5).double() / 40
+    torch.testing.assert_close(loss, 5 * (f * p.mean(0)).sum())
+    assert moe.normalize == "none"  # top-1 defaults to Switch's gate p_i
+
+
+@pytest.mark.parametrize("estimator", ["st_gumbel", "reinmax", "sparsemixer"])
+def test_sampling_estimators_train_and_evaluate_deterministically(estimator):
+    moe = _moe(estimator, generator=torch.Generator().manual_seed(3))
+    x = _x(n=30)
+    y, _, loss = moe(x)
+    (y.square().mean() + loss).backward()
+    assert moe.router.weight.grad.abs().sum() > 0
+    moe.eval()
+    with torch.no_grad():
+        first, second = moe(x), moe(x)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+def test_shapes_dtypes_and_empty_batch():
+    moe = _moe(dtype=torch.float32)
+    y, indices, loss = moe(torch.randn(2, 3, 4))
+    assert y.shape == (2, 3, 3) and indices.shape == (2, 3, 2) and loss.shape == ()
+    y, indices, loss = moe(torch.randn(0, 4))
+    assert y.shape == (0, 3) and torch.isfinite(loss)
+    y, _, _ = moe(torch.randn(5, 4, dtype=torch.bfloat16))
+    assert y.dtype == torch.bfloat16
+
+
+def test_checkpoint_round_trip():
+    a, b = _moe(), hg.nn.MoE(4, 3, num_experts=5, k=2).double()
+    b.load_state_dict(a.state_dict())
+    x = _x()
+    assert torch.equal(a(x)[0], b(x)[0])
+    with pytest.raises(RuntimeError, match="num_experts"):
+        hg.nn.MoE(4, 3, num_experts=6, k=2).load_state_dict(a.state_dict())
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="`k` <= 5"):
+        hg.nn.MoE(4, num_experts=5, k=6)
+    with pytest.raises(ValueError, match="`k` >= 1"):
+        hg.nn.MoE(4, num_experts=5, k=0)
+    with pytest.raises(ValueError, match="Unknown `estimator`"):
+        hg.nn.MoE(4, estimator="densemixer")
+    with pytest.raises(ValueError, match="`k` <= 1"):
+        hg.nn.MoE(4, k=2, estimator="sparsemixer_v1")
+    with pytest.raises(ValueError, match="in_features=4"):
+        _moe()(torch.randn(3, 5, dtype=torch.float64))
+    with pytest.raises(TypeError, match="floating-point"):
+        _moe()(torch.ones(3, 4, dtype=torch.long))
