@@ -36,10 +36,7 @@ def test_forward_is_the_per_token_loop(normalize):
         top = torch.topk(p[t] if normalize != "selected" else logits[t], 2)
         assert top.indices.tolist() == indices[t].tolist()
         s = top.indices.tolist()
-        if normalize == "none":
-            g = p[t, s]
-        else:
-            g = torch.softmax(logits[t, s], -1)
+        g = p[t, s] if normalize == "none" else torch.softmax(logits[t, s], -1)
         expected = sum(g[r] * _expert(moe, j, x[t]) for r, j in enumerate(s))
         torch.testing.assert_close(y[t], expected, rtol=1e-12, atol=1e-12)
 
