@@ -24,6 +24,7 @@ from . import vae_bernoulli
 from . import qat
 from . import speed
 from . import vq
+from . import moe
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -36,6 +37,7 @@ __all__ = [
     "Task",
     "TaskResult",
     "available_threads",
+    "moe",
     "poly",
     "qat",
     "run_tasks",
