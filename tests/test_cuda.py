@@ -716,6 +716,7 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "LFQ": lambda g: hg.nn.LFQ(6),
     "MoE": lambda g: hg.nn.MoE(6, num_experts=4, k=2),
     "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
+    "MoE-default": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="default"),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).

@@ -137,3 +137,51 @@ def test_bad_input():
         _moe()(torch.randn(3, 5, dtype=torch.float64))
     with pytest.raises(TypeError, match="floating-point"):
         _moe()(torch.ones(3, 4, dtype=torch.long))
+
+
+def test_default_moe_uses_ema_outputs_in_backward_only():
+    moe = _moe("default", normalize="none", default_decay=0.5)
+    sparse = _moe("sparse", normalize="none")
+    calls = []
+    original = moe.expert_pairs
+
+    def counting(xs, experts):
+        calls.append(xs.shape[0])
+        return original(xs, experts)
+
+    moe.expert_pairs = counting  # type: ignore[method-assign]
+    x1, x2 = _x(seed=1), _x(seed=2)
+    _, idx1, _ = moe(x1)
+    # first batch: every expert reached gets the mean of its outputs, the others stay 0
+    with torch.no_grad():
+        outs = torch.stack([_expert(moe, j, x1) for j in range(5)], 1)  # (N, E, out)
+    expected = torch.zeros(5, 3, dtype=torch.float64)
+    for j in range(5):
+        rows = (idx1 == j).any(-1)
+        if rows.any():
+            expected[j] = outs[rows, j].mean(0)
+    torch.testing.assert_close(moe.default_outputs, expected)
+    assert torch.equal(moe.default_seen, (idx1[..., None] == torch.arange(5)).any(0).any(0))
+    defaults = moe.default_outputs.clone()
+    upstream = torch.randn(6, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    y2, idx2, _ = moe(x2)
+    assert torch.equal(y2, sparse(x2)[0])  # the forward stays sparse
+    calls.clear()
+    (y2 * upstream).sum().backward()
+    assert calls == []  # no expert evaluated in backward
+    # reference: the dense-softmax gradient with the defaults for the unselected experts
+    w_r = moe.router.weight.detach().clone().requires_grad_()
+    p = torch.softmax(x2 @ w_r.T, -1)
+    with torch.no_grad():
+        outs = torch.stack([_expert(moe, j, x2) for j in range(5)], 1)
+    picked = torch.zeros(6, 5, dtype=torch.bool).scatter(-1, idx2, True)
+    values = torch.where(picked[..., None], outs, defaults.expand(6, 5, 3))
+    (grad,) = torch.autograd.grad(((p[..., None] * values).sum(1) * upstream).sum(), w_r)
+    torch.testing.assert_close(moe.router.weight.grad, grad, rtol=1e-10, atol=1e-12)
+    # the EMA after the second batch
+    for j in range(5):
+        rows = (idx2 == j).any(-1)
+        if rows.any():
+            mean = outs[rows, j].mean(0)
+            want = mean if not (idx1 == j).any() else 0.5 * defaults[j] + 0.5 * mean
+            torch.testing.assert_close(moe.default_outputs[j], want)

@@ -12,7 +12,11 @@ gradient (Shazeer et al. 2017, https://arxiv.org/abs/1701.06538; see
 
 * ``sparse``: the standard gradient through the selected gates;
 * ``dense``: DenseMixer (Yao et al. 2025), the unselected experts evaluated in backward;
-* ``sparsemixer``: SparseMixer as in GRIN / PhiMoE (Liu et al. 2023 and 2024);
+* ``default``: Default MoE (Panda et al. 2025): DenseMixer's gradient with EMA default
+  outputs in place of the unselected experts (no extra expert evaluations);
+* ``sparsemixer``: SparseMixer as in GRIN / PhiMoE (Liu et al. 2023 and 2024), with
+  PhiMoE's sparsity threshold ``jitter_eps = 0.01``; ``sparsemixer_eps0.1`` with the 2023
+  paper's 0.1 (more experts stay candidates, so the router gets a gradient more often);
 * ``st_gumbel`` and ``reinmax``: stochastic Gumbel top-2 routing with straight-through
   Gumbel and ReinMax one-hots;
 * ``rloo``: stochastic routing trained on the expected loss with the leave-one-out
@@ -56,12 +60,37 @@ from torch import Tensor
 from .. import nn as hgnn
 from .. import routing
 from ..diagnostics import compare
+from ..diagnostics._compare import summarize
+from ..diagnostics._routing import routing_exact_gradient
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["ESTIMATORS", "MoEConfig", "default_config", "make_data", "run", "train_one"]
 
 #: The router gradients, in table order.
-ESTIMATORS = ("sparse", "dense", "sparsemixer", "st_gumbel", "reinmax", "rloo", "exact")
+ESTIMATORS = (
+    "sparse",
+    "dense",
+    "default",
+    "sparsemixer",
+    "sparsemixer_eps0.1",
+    "st_gumbel",
+    "reinmax",
+    "rloo",
+    "exact",
+)
+#: How each name trains: the MoE layer's estimator (``None``: the layer routes sparsely and
+#: the loss is hg.routing.expectation's with this name).
+_LAYER: dict[str, Any] = {
+    "sparse": "sparse",
+    "dense": "dense",
+    "default": "default",
+    "sparsemixer": "sparsemixer",
+    "sparsemixer_eps0.1": routing.SparseMixer(jitter_eps=0.1),
+    "st_gumbel": "st_gumbel",
+    "reinmax": "reinmax",
+    "rloo": None,
+    "exact": None,
+}
 
 
 @dataclass(frozen=True)
@@ -190,9 +219,7 @@ def train_one(name: str, data: Data, config: MoEConfig, seed: int) -> dict[str, 
     """Train with one router gradient from ``seed``; probes, test metrics, time per step."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    layer_estimator = (
-        name if name in ("sparse", "dense", "sparsemixer", "st_gumbel", "reinmax") else "sparse"
-    )
+    layer_estimator = _LAYER[name] if _LAYER[name] is not None else "sparse"
     model = hgnn.MoE(
         config.features,
         config.outputs,
@@ -271,24 +298,46 @@ def _probe(
         logits = model.router(x)
     frozen = _frozen(model)
     f = _objective(frozen, x, t)
-    estimator: Any = name
-    result = compare(
-        f,
-        logits,
-        estimators=[estimator],
-        dist=routing.TopK(config.k, model.normalize or "renormalize"),
-        num_draws=config.draws if name not in ("sparse", "dense", "exact") else 2,
-        generator=g,
-    )
-    row = result.rows[0]
+    dist = routing.TopK(config.k, model.normalize or "renormalize")
+    if name == "default":  # the layer's own backward (its EMA defaults are its state)
+        exact = routing_exact_gradient(f, logits, dist)
+        leaf = logits.clone().requires_grad_()
+        model.train()
+        y = _layer_output(model, x, leaf)
+        (grad,) = torch.autograd.grad((y - t).square().mean(-1).sum(), leaf)
+        row = summarize(torch.stack([grad, grad]), exact, name, 0.0)
+    else:
+        deterministic = name in ("sparse", "dense", "exact")
+        result = compare(
+            f,
+            logits,
+            estimators=[_LAYER[name] or name],
+            dist=dist,
+            num_draws=2 if deterministic else config.draws,
+            generator=g,
+        )
+        row = result.rows[0]
     return {
-        "zero": float(
-            row.cosine is None
-        ),  # the mean gradient is exactly 0 (vs a nonzero exact one)
+        "zero": float(row.cosine is None),  # the mean gradient is exactly 0
         "cosine": float(row.cosine if row.cosine is not None else float("nan")),
         "bias": float(row.bias if row.bias is not None else float("nan")),
         "std": float(row.std if row.std is not None else float("nan")),
     }
+
+
+def _layer_output(model: hgnn.MoE, x: Tensor, logits: Tensor) -> Tensor:
+    """The layer's training forward from given router logits, without updating its state
+    (for probing the Default-MoE gradient)."""
+    gates, indices = model.route(logits)
+    y = (gates.unsqueeze(-1) * model.experts_at(x, indices)).sum(-2)
+    defaults = model.default_outputs.clone()
+    return routing.dense_mixer(
+        y,
+        logits,
+        indices,
+        lambda tokens, experts: defaults[experts],
+        normalize=model.normalize or "renormalize",
+    )
 
 
 def _frozen(model: hgnn.MoE) -> hgnn.MoE:
@@ -300,7 +349,8 @@ def _frozen(model: hgnn.MoE) -> hgnn.MoE:
         k=model.k,
         hidden_features=model.hidden_features,
     )
-    copy.load_state_dict(model.state_dict())
+    names = ("w1", "b1", "w2", "b2", "router.weight")
+    copy.load_state_dict({n: v for n, v in model.state_dict().items() if n in names})
     copy.requires_grad_(False)
     return copy
 
@@ -427,7 +477,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
         if row["zero_gradient_probes"]:
             total = config.probes * config.seeds
             notes.append(
-                f"{name}: the router gradient was exactly 0 at {row['zero_gradient_probes']} of "
+                f"{name}: the router gradient was exactly 0 at {int(row['zero_gradient_probes'])} of "
                 f"{total} probes (cosine over the others)"
                 + (
                     ": SparseMixer's sparsity mask (jitter_eps = 0.01) leaves a single "

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from .. import routing
 from .._checkpoint import SettingsInState
-from .._validation import check_floating, check_int
+from .._validation import check_floating, check_int, check_real
 from ..estimators import Estimator
 
 
@@ -42,7 +42,14 @@ class MoE(SettingsInState, nn.Module):
     * ``"dense"``: DenseMixer. The forward stays sparse; in backward the unselected
       experts are evaluated once, without gradient to their parameters, for the router's
       gradient (:func:`hardgrad.routing.dense_mixer`): :math:`N(E - k)` extra expert
-      evaluations per step, forward-only.
+      evaluations per step, forward-only;
+    * ``"default"``: Default MoE (Panda et al. 2025, https://arxiv.org/abs/2504.12463):
+      DenseMixer's gradient with each unselected expert's output replaced by its *default
+      output* :math:`\hat E_j`, an exponential moving average (``default_decay``) of that
+      expert's mean output over the tokens routed to it, updated in each training forward
+      (buffers ``default_outputs`` and ``default_seen``; an expert never reached yet has
+      default 0). No extra expert evaluations. Here the defaults enter the router's
+      backward only, so the forward stays exactly the sparse one.
 
     ``forward(x)`` returns ``(y, indices, loss)``: ``y`` of shape ``(*batch,
     out_features)``, the selected experts ``(*batch, k)`` and the scalar load-balancing
@@ -61,6 +68,7 @@ class MoE(SettingsInState, nn.Module):
         normalize: the gates' normalisation (``None``: ``"renormalize"``, or
             ``"none"`` for ``k=1``; must be ``None`` for SparseMixer).
         generator: randomness of the sampling estimators.
+        default_decay: the EMA decay of ``"default"``, in [0, 1).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -79,6 +87,9 @@ class MoE(SettingsInState, nn.Module):
         True
     """
 
+    default_outputs: Tensor
+    default_seen: Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -90,6 +101,7 @@ class MoE(SettingsInState, nn.Module):
         estimator: str | Estimator | routing.SparseMixer = "sparse",
         normalize: str | None = None,
         generator: torch.Generator | None = None,
+        default_decay: float = 0.99,
     ) -> None:
         super().__init__()
         self.in_features = check_int(in_features, "in_features", low=1)
@@ -100,7 +112,14 @@ class MoE(SettingsInState, nn.Module):
         self.k = check_int(k, "k", low=1, high=self.num_experts)
         hidden = 2 * self.in_features if hidden_features is None else hidden_features
         self.hidden_features = check_int(hidden, "hidden_features", low=1)
-        resolved = routing._resolve(estimator)
+        self.default_decay = check_real(default_decay, "default_decay")
+        if not 0 <= self.default_decay < 1:
+            raise ValueError(
+                f"Expected `default_decay` in [0, 1), but found default_decay={default_decay!r}"
+            )
+        resolved = routing._resolve("dense" if estimator == "default" else estimator)
+        if estimator == "default":
+            resolved = "default"
         if isinstance(resolved, routing.SparseMixer):
             if normalize is not None:
                 raise ValueError(
@@ -126,6 +145,9 @@ class MoE(SettingsInState, nn.Module):
         self.w2 = nn.Parameter(torch.empty(e, h, o))
         self.b2 = nn.Parameter(torch.empty(e, o))
         self.reset_parameters()
+        if resolved == "default":
+            self.register_buffer("default_outputs", torch.zeros(e, o))
+            self.register_buffer("default_seen", torch.zeros(e, dtype=torch.bool))
 
     def reset_parameters(self) -> None:
         """Each expert's layers initialised as :class:`torch.nn.Linear` initialises its own."""
@@ -146,12 +168,32 @@ class MoE(SettingsInState, nn.Module):
         )
 
     def _checkpoint_settings(self) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "in_features": self.in_features,
             "out_features": self.out_features,
             "num_experts": self.num_experts,
             "hidden_features": self.hidden_features,
         }
+        if self._resolved == "default":
+            settings["default_decay"] = self.default_decay
+        return settings
+
+    @torch.no_grad()
+    def _update_defaults(self, outputs: Tensor, indices: Tensor) -> None:
+        """EMA of each expert's mean output over the tokens routed to it in this batch
+        (the first batch that reaches an expert sets its default)."""
+        flat_out = outputs.detach().reshape(-1, self.out_features).to(self.default_outputs.dtype)
+        flat_idx = indices.reshape(-1)
+        sums = torch.zeros_like(self.default_outputs).index_add(0, flat_idx, flat_out)
+        counts = torch.zeros_like(self.default_seen, dtype=sums.dtype).index_add(
+            0, flat_idx, torch.ones_like(flat_idx, dtype=sums.dtype)
+        )
+        mean = sums / counts.clamp_min(1).unsqueeze(-1)
+        hit = counts > 0
+        decay = torch.where(self.default_seen, self.default_decay, 0.0).to(sums.dtype)
+        updated = decay.unsqueeze(-1) * self.default_outputs + (1 - decay.unsqueeze(-1)) * mean
+        self.default_outputs.copy_(torch.where(hit.unsqueeze(-1), updated, self.default_outputs))
+        self.default_seen.logical_or_(hit)
 
     def expert_pairs(self, x: Tensor, experts: Tensor) -> Tensor:
         r"""The outputs :math:`E_{j_n}(x_n)` for pairs of tokens ``x`` ``(n, in_features)`` and
@@ -172,12 +214,12 @@ class MoE(SettingsInState, nn.Module):
 
     def route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """Gates and indices for router logits ``(N, E)``, in this module's mode."""
-        resolved = self._resolved
+        resolved = "dense" if self._resolved == "default" else self._resolved
         if isinstance(resolved, routing.SparseMixer):
             return routing.topk_route(
                 logits, self.k, estimator=resolved, generator=self.generator, training=self.training
             )
-        estimator: Any = self.estimator
+        estimator: Any = "dense" if self._resolved == "default" else self.estimator
         if not self.training and not isinstance(resolved, str):
             estimator = "sparse"  # stochastic routing trains; evaluation routes by the top-k
         return routing.topk_route(
@@ -197,12 +239,21 @@ class MoE(SettingsInState, nn.Module):
         gates, indices = self.route(logits)
         outputs = self.experts_at(rows, indices)
         y = (gates.unsqueeze(-1) * outputs).sum(-2)
-        dense = self._resolved == "dense" and self.training and self.k < self.num_experts
-        if dense and torch.is_grad_enabled():
-            frozen = rows.detach()
+        dense = self._resolved in ("dense", "default") and self.training
+        if dense and self.k < self.num_experts and torch.is_grad_enabled():
+            unselected: Any
+            if self._resolved == "default":
+                defaults = self.default_outputs.clone()
 
-            def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
-                return self.expert_pairs(frozen[tokens], experts)
+                def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
+                    return defaults[experts]
+
+                self._update_defaults(outputs, indices)
+            else:
+                frozen = rows.detach()
+
+                def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
+                    return self.expert_pairs(frozen[tokens], experts)
 
             y = routing.dense_mixer(
                 y, logits, indices, unselected, normalize=self.normalize or "renormalize"
