@@ -20,7 +20,8 @@ def test_tiny_run(tmp_path):
     table = result.tables[0]
     assert [row[0] for row in table.rows] == list(ESTIMATORS)
     assert table.rows[0][-2:] == ["1.00", "1.00"]  # sparse relative to itself
-    assert any(note.startswith("DenseMixer (dense) vs sparse") for note in result.notes)
+    assert any(note.startswith("DenseMixer (dense) vs sparse, 2 seed(s)") for note in result.notes)
+    assert any(note.startswith("Default MoE (default) vs sparse") for note in result.notes)
     rows = {row["estimator"]: row for row in result.data["rows"]}
     assert rows["exact"]["bias"]["mean"] < 1e-6  # the reference against itself
     assert abs(rows["exact"]["cosine"]["mean"] - 1) < 1e-6

@@ -41,8 +41,10 @@ Measured per estimator:
   per expert evaluation, backward twice that where a gradient flows; DenseMixer's extra
   evaluations are forward-only), and measured **time** per step relative to ``sparse``.
 
-The closing note says whether DenseMixer's gradients help here: a difference from
-``sparse`` counts only when it exceeds twice the larger seed spread (so not with one seed).
+The closing notes say whether DenseMixer's (and Default MoE's) gradients help here,
+paired by seed against ``sparse`` (the runs of one seed share data, initialisation and
+batches): a difference counts only where the mean per-seed difference exceeds twice its
+standard error (so not with one seed).
 """
 
 from __future__ import annotations
@@ -128,12 +130,12 @@ class MoEConfig:
     draws: int = 128
     test_tokens: int = 2048
     balance_weight: float = 0.01
-    seeds: int = 3
+    seeds: int = 5
     threads: int | None = 1
 
 
 def default_config(quick: bool) -> MoEConfig:
-    """The full setting (3 seeds, 1500 steps) or ``--quick`` (1 seed, 400 steps)."""
+    """The full setting (5 seeds, 1500 steps) or ``--quick`` (1 seed, 400 steps)."""
     if quick:
         return MoEConfig(steps=400, seeds=1, probes=3, draws=64)
     return MoEConfig()
@@ -368,28 +370,45 @@ def _fmt(stat: dict[str, float], digits: int = 3, scale: float = 1.0) -> str:
     return f"{mean:.{digits}f}"
 
 
-def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig) -> str:
-    if "dense" not in rows or "sparse" not in rows:
-        return "DenseMixer vs sparse: not both run."
+def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "dense") -> str:
+    """``other`` against ``sparse``, paired by seed (both runs of a seed share its data,
+    initialisation and batches): a difference counts where the mean of the per-seed
+    differences exceeds twice their standard error."""
+    label_of = {"dense": "DenseMixer (dense)", "default": "Default MoE (default)"}
+    if other not in rows or "sparse" not in rows:
+        return f"{label_of.get(other, other)} vs sparse: not both run."
     parts = []
     for key, label, better in (
         ("test_mse", "test MSE", -1),
         ("accuracy", "routing accuracy", 1),
         ("cosine", "router-gradient cosine", 1),
     ):
-        d, s = rows["dense"][key], rows["sparse"][key]
-        diff = d["mean"] - s["mean"]
-        spread = 2 * max(d["std"], s["std"])
-        if config.seeds < 2:
-            parts.append(f"{label} {d['mean']:.3f} vs {s['mean']:.3f} (one seed: unresolved)")
-        elif abs(diff) <= spread:
-            parts.append(
-                f"{label} {d['mean']:.3f} vs {s['mean']:.3f}: inert (within 2 seed spreads)"
-            )
+        pairs = [
+            (float(a[key]), float(b[key]))
+            for a, b in zip(rows[other]["runs"], rows["sparse"]["runs"], strict=True)
+            if not (math.isnan(float(a[key])) or math.isnan(float(b[key])))
+        ]
+        if not pairs:
+            continue
+        diffs = [a - b for a, b in pairs]
+        mean_a = statistics.fmean(a for a, _ in pairs)
+        mean_b = statistics.fmean(b for _, b in pairs)
+        head = f"{label} {mean_a:.3f} vs {mean_b:.3f}"
+        if len(diffs) < 2:
+            parts.append(f"{head} (one seed: unresolved)")
+            continue
+        mean = statistics.fmean(diffs)
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        if abs(mean) <= 2 * se:
+            parts.append(f"{head}: no resolved difference (paired, |mean diff| <= 2 SE)")
         else:
-            word = "helps" if diff * better > 0 else "hurts"
-            parts.append(f"{label} {d['mean']:.3f} vs {s['mean']:.3f}: {word}")
-    return "DenseMixer (dense) vs sparse: " + "; ".join(parts) + "."
+            word = "better" if mean * better > 0 else "worse"
+            parts.append(f"{head}: {word} (paired diff {mean:+.3f} ± {se:.3f} SE)")
+    return (
+        f"{label_of.get(other, other)} vs sparse, {len(rows['sparse']['runs'])} seed(s): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 @task(
@@ -472,7 +491,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
         "grad bias and std are relative to the exact gradient's norm; deterministic estimators "
         "(sparse, dense) have std 0; the figures are means over the probes of each run."
     )
-    notes = [_verdict(rows, config)]
+    notes = [_verdict(rows, config, "dense"), _verdict(rows, config, "default")]
     for name, row in rows.items():
         if row["zero_gradient_probes"]:
             total = config.probes * config.seeds
