@@ -579,3 +579,44 @@ def test_no_nan_for_extreme_finite_logits():
             gates, _ = hg.topk_route(x, 2, estimator=estimator, generator=_gen(0))
             gates.sum().backward()
             assert torch.isfinite(gates).all() and torch.isfinite(x.grad).all(), (dtype, estimator)
+
+
+def test_torch_func_grad_and_vmap():
+    from torch.func import grad, vmap
+
+    x = _logits(n=5, e=6, dtype=torch.float32)
+    w = torch.randn(5, 2, generator=_gen(22))
+
+    def f(z):
+        return (hg.topk_route(z, 2, normalize="none")[0] * w).sum()
+
+    leaf = x.clone().requires_grad_()
+    f(leaf).backward()
+    torch.testing.assert_close(grad(f)(x), leaf.grad)
+    batched = vmap(lambda z: hg.topk_route(z, 2)[0])(x.unsqueeze(1))
+    assert torch.equal(batched.squeeze(1), hg.topk_route(x, 2)[0])
+    drawn = vmap(lambda z: hg.topk_route(z, 2, estimator="st")[1], randomness="different")
+    assert drawn(x.unsqueeze(1)).shape == (5, 1, 2)
+    assert grad(lambda z: hg.topk_route(z, 2, estimator="sparsemixer")[0].sum())(x).shape == x.shape
+
+
+def test_sparsemixer_compiles_fullgraph():
+    x = _logits(dtype=torch.float32)
+    compiled = torch.compile(
+        lambda z: hg.topk_route(z, 2, estimator="sparsemixer", training=False),
+        fullgraph=True,
+        backend="aot_eager",
+    )
+    leaf = x.clone().requires_grad_()
+    gates, idx = compiled(leaf)
+    gates.sum().backward()
+    ref_gates, ref_idx = hg.topk_route(x, 2, estimator="sparsemixer", training=False)
+    assert torch.equal(idx, ref_idx) and torch.equal(gates.detach(), ref_gates)
+
+
+def test_dense_mixer_with_nothing_unselected():
+    logits = _logits(n=3, e=2).requires_grad_()
+    gates, idx = hg.topk_route(logits, 2, estimator="dense")
+    y = hg.routing.dense_mixer(gates.sum(-1, keepdim=True), logits, idx, lambda t, e: 1 / 0)
+    y.sum().backward()  # the callable is never called
+    assert torch.isfinite(logits.grad).all()

@@ -329,6 +329,8 @@ class _DenseMixer(torch.autograd.Function):
         chosen = indices.reshape(rows.shape[0], -1)
         rest = unselected_experts(chosen, experts)
         tokens = torch.arange(rows.shape[0], device=rows.device).repeat_interleave(rest.shape[1])
+        if tokens.numel() == 0:  # k = E, or no tokens: nothing unselected
+            return grad, torch.zeros_like(logits), None, None, None
         with torch.no_grad():
             outputs = ctx.fn(tokens, rest.reshape(-1))
         g = grad.reshape(rows.shape[0], -1)
