@@ -39,7 +39,9 @@ Measured per estimator:
 * **test MSE** in eval mode (deterministic top-2);
 * expert-MLP **FLOPs** per training step relative to ``sparse`` (forward 2(8·16 + 16·4)
   per expert evaluation, backward twice that where a gradient flows; DenseMixer's extra
-  evaluations are forward-only), and measured **time** per step relative to ``sparse``.
+  evaluations are forward-only), and measured **time** per step relative to ``sparse``
+  (medians of a separate timing run that interleaves the estimators round by round in
+  shuffled orders, so that the machine's load affects them alike).
 
 The closing notes say whether DenseMixer's (and Default MoE's) gradients help here,
 paired by seed against ``sparse`` (the runs of one seed share data, initialisation and
@@ -112,6 +114,8 @@ class MoEConfig:
         test_tokens: tokens of the test set.
         balance_weight: the load-balancing loss's weight.
         seeds: independent runs per estimator.
+        timing_rounds: rounds of the interleaved timing (each: 3 steps of every
+            estimator, in a shuffled order); ``time ×sparse`` is the ratio of the medians.
         threads: intra-op threads while training.
     """
 
@@ -131,13 +135,14 @@ class MoEConfig:
     test_tokens: int = 2048
     balance_weight: float = 0.01
     seeds: int = 5
+    timing_rounds: int = 20
     threads: int | None = 1
 
 
 def default_config(quick: bool) -> MoEConfig:
     """The full setting (5 seeds, 1500 steps) or ``--quick`` (1 seed, 400 steps)."""
     if quick:
-        return MoEConfig(steps=400, seeds=1, probes=3, draws=64)
+        return MoEConfig(steps=400, seeds=1, probes=3, draws=64, timing_rounds=8)
     return MoEConfig()
 
 
@@ -221,16 +226,7 @@ def train_one(name: str, data: Data, config: MoEConfig, seed: int) -> dict[str, 
     """Train with one router gradient from ``seed``; probes, test metrics, time per step."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    layer_estimator = _LAYER[name] if _LAYER[name] is not None else "sparse"
-    model = hgnn.MoE(
-        config.features,
-        config.outputs,
-        num_experts=config.experts,
-        k=config.k,
-        hidden_features=config.hidden,
-        estimator=layer_estimator,
-        generator=torch.Generator().manual_seed(seed + 1),
-    )
+    model = _build(name, config, seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     probe_g = torch.Generator().manual_seed(10_000 + seed)
     x_probe, t_probe, _ = data.sample(config.probe_tokens, probe_g)
@@ -357,6 +353,43 @@ def _frozen(model: hgnn.MoE) -> hgnn.MoE:
     return copy
 
 
+def _build(name: str, config: MoEConfig, seed: int) -> hgnn.MoE:
+    layer = _LAYER[name] if _LAYER[name] is not None else "sparse"
+    return hgnn.MoE(
+        config.features,
+        config.outputs,
+        num_experts=config.experts,
+        k=config.k,
+        hidden_features=config.hidden,
+        estimator=layer,
+        generator=torch.Generator().manual_seed(seed + 1),
+    )
+
+
+def interleaved_times(config: MoEConfig, data: Data, seed: int) -> dict[str, float]:
+    """Median milliseconds per training step of each estimator, timed round by round in a
+    shuffled order (so that the machine's load affects every estimator alike)."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    models = {name: _build(name, config, seed) for name in config.estimators}
+    optimizers = {n: torch.optim.Adam(m.parameters(), lr=config.lr) for n, m in models.items()}
+    batches = [data.sample(config.batch_size, g)[:2] for _ in range(3)]
+    times: dict[str, list[float]] = {name: [] for name in models}
+    names = list(models)
+    for r in range(config.timing_rounds + 1):
+        order = [names[i] for i in torch.randperm(len(names), generator=g).tolist()]
+        for name in order:
+            start = time.perf_counter()
+            for x, t in batches:
+                loss = _loss(name, models[name], x, t, config, g)
+                optimizers[name].zero_grad(set_to_none=True)
+                loss.backward()
+                optimizers[name].step()
+            if r:  # round 0 warms up
+                times[name].append(1000 * (time.perf_counter() - start) / len(batches))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def _stat(values: list[float]) -> dict[str, float]:
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -453,6 +486,10 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
                 f"{name}: cosine {row['cosine']['mean']:.3f}, accuracy "
                 f"{row['accuracy']['mean']:.3f}, test MSE {row['test_mse']['mean']:.4f}"
             )
+        progress.advance("interleaved timing", steps=0)
+        timing_ms = interleaved_times(config, make_data(config, settings.seed), settings.seed)
+        for name, ms in timing_ms.items():
+            rows[name]["timed_ms_per_step"] = ms
     finally:
         torch.set_num_threads(threads)
     progress.finish()
@@ -474,7 +511,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
     )
     for name, row in rows.items():
         flops = row["flops"] / base["flops"] if base else float("nan")
-        timing = row["ms_per_step"]["mean"] / base["ms_per_step"]["mean"] if base else float("nan")
+        timing = row["timed_ms_per_step"] / base["timed_ms_per_step"] if base else float("nan")
         table.rows.append(
             [
                 name,
@@ -489,7 +526,9 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
         )
     table.notes.append(
         "grad bias and std are relative to the exact gradient's norm; deterministic estimators "
-        "(sparse, dense) have std 0; the figures are means over the probes of each run."
+        "(sparse, dense, default) have std 0; the figures are means over the probes of each "
+        "run. time ×sparse: medians of an interleaved timing run (3 steps per estimator and "
+        f"round, {config.timing_rounds} rounds in shuffled orders); FLOPs: expert MLPs only."
     )
     notes = [_verdict(rows, config, "dense"), _verdict(rows, config, "default")]
     for name, row in rows.items():
