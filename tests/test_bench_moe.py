@@ -41,3 +41,17 @@ def test_flops_and_matching():
     z = torch.tensor([0, 0, 1, 1, 2])
     assert _matching_accuracy(torch.tensor([2, 2, 0, 0, 1]), z, 3) == 1.0  # a relabelling
     assert _matching_accuracy(torch.tensor([0, 0, 0, 0, 0]), z, 3) == 0.4
+
+
+def test_paired_differences():
+    from hardgrad.bench.moe import _paired, _paired_table
+
+    runs = lambda values: [{"test_mse": v, "accuracy": v, "cosine": v} for v in values]  # noqa: E731
+    rows = {
+        "sparse": {"runs": runs([1.0, 2.0, 3.0])},
+        "dense": {"runs": runs([1.5, 2.5, 3.6])},
+    }
+    mean, se = _paired(rows, "dense", "test_mse")
+    assert abs(mean - 0.5333333) < 1e-6 and abs(se - 0.0333333) < 1e-6
+    table = _paired_table(rows, MoEConfig(seeds=3))
+    assert table.rows[0][0] == "dense" and table.rows[0][1].endswith("*")

@@ -403,6 +403,40 @@ def _fmt(stat: dict[str, float], digits: int = 3, scale: float = 1.0) -> str:
     return f"{mean:.{digits}f}"
 
 
+def _paired(rows: dict[str, dict[str, Any]], name: str, key: str) -> tuple[float, float] | None:
+    """Mean and standard error of the per-seed differences ``name - sparse`` in ``key``."""
+    diffs = [
+        float(a[key]) - float(b[key])
+        for a, b in zip(rows[name]["runs"], rows["sparse"]["runs"], strict=True)
+        if not (math.isnan(float(a[key])) or math.isnan(float(b[key])))
+    ]
+    if len(diffs) < 2:
+        return None
+    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def _paired_table(rows: dict[str, dict[str, Any]], config: MoEConfig) -> Table:
+    table = Table(
+        f"Paired by seed against sparse ({config.seeds} seeds share data, initialisation and "
+        "batches): mean per-seed difference ± its standard error; * where beyond 2 SE",
+        ["estimator", "Δ test MSE", "Δ routing acc", "Δ grad cosine"],
+    )
+    for name in rows:
+        if name == "sparse":
+            continue
+        cells = [name]
+        for key, digits in (("test_mse", 4), ("accuracy", 3), ("cosine", 3)):
+            pair = _paired(rows, name, key)
+            if pair is None:
+                cells.append("-")
+            else:
+                mean, se = pair
+                star = " *" if abs(mean) > 2 * se else ""
+                cells.append(f"{mean:+.{digits}f} ± {se:.{digits}f}{star}")
+        table.rows.append(cells)
+    return table
+
+
 def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "dense") -> str:
     """``other`` against ``sparse``, paired by seed (both runs of a seed share its data,
     initialisation and batches): a difference counts where the mean of the per-seed
@@ -554,5 +588,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
         wall_s=time.perf_counter() - t_start,
     )
     result.tables = [table]
+    if "sparse" in rows and config.seeds > 1:
+        result.tables.append(_paired_table(rows, config))
     result.notes = notes
     return result
