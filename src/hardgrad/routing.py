@@ -13,6 +13,8 @@ Papers:
   (2024), https://arxiv.org/abs/2409.12136.
 * DenseMixer (sparse forward, dense router gradient): Yao et al. (2025),
   https://fengyao.notion.site/moe-posttraining, code https://github.com/yaof20/DenseMixer.
+* Default MoE (EMA default outputs for the unselected experts): Panda et al. (2025),
+  https://arxiv.org/abs/2504.12463.
 * Gumbel top-k sampling without replacement (Plackett-Luce): Kool, van Hoof & Welling
   (2019), https://arxiv.org/abs/1903.06059.
 
@@ -370,7 +372,10 @@ def dense_mixer(
     :math:`N (E - k)` (every token/unselected-expert pair; tokens are rows of the logits
     flattened to ``(N, E)``), and must return the experts' outputs for those pairs, shape
     ``(N (E - k), *y.shape[batch:])``. The unselected experts' parameters get no
-    gradient (as in DenseMixer). Eager mode only (the callable runs in backward).
+    gradient (as in DenseMixer). Eager mode only (the callable runs in backward). The
+    callable may return approximations of the outputs instead: Default MoE (Panda et al.
+    2025, https://arxiv.org/abs/2504.12463) returns a moving average of each expert's past
+    outputs, at no extra expert compute (``hg.nn.MoE(estimator="default")``).
 
     Args:
         y: the layer's output, shape ``(*batch, ...)`` with ``batch`` the logits' batch shape.
@@ -609,7 +614,8 @@ def topk_route(
     * ``"sparsemixer_v1"`` (``SparseMixer(version=1)``, the 2023 paper's code, ``k=1``):
       the same with :math:`\epsilon = 0.1`, :math:`\omega = 1` for the argmax or with
       probability 1/2, else :math:`\omega = 1/2`, and backward
-      :math:`2\bar g\,\pi_D (e_D - \pi)` (the midpoint method).
+      :math:`2\bar g\,\pi_D (e_D - \pi)` (the midpoint method); with ``training=False``
+      the argmax, :math:`\omega = 1` and the plain derivative :math:`\bar g\,\pi_D (e_D - \pi)`.
     * a discrete pathwise estimator of :mod:`hardgrad.estimators` (``"st"``,
       ``"st_gumbel"``, ``"reinmax"``, ``"gumbel_rao"``, ``"gst"``, ``"st_identity"`` or an
       instance): stochastic routing. The k experts are drawn without replacement from
