@@ -620,3 +620,12 @@ def test_dense_mixer_with_nothing_unselected():
     y = hg.routing.dense_mixer(gates.sum(-1, keepdim=True), logits, idx, lambda t, e: 1 / 0)
     y.sum().backward()  # the callable is never called
     assert torch.isfinite(logits.grad).all()
+
+
+def test_exact_gradient_with_topk_dist():
+    f = _objective()
+    theta = _logits(n=3, e=5, seed=23)
+    grad = hg.diagnostics.exact_gradient(f, theta, dist=hg.routing.TopK(2))
+    leaf = theta.clone().requires_grad_()
+    hg.routing.expectation(f, leaf, 2, estimator="exact").sum().backward()
+    torch.testing.assert_close(grad, leaf.grad)
