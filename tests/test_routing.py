@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import hardgrad as hg
-from hardgrad import routing
+from hardgrad._routing_ops import _weights
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 NORMS = ["renormalize", "selected", "none"]
@@ -332,7 +332,7 @@ def test_stochastic_st_backward_against_formula(normalize):
     gates, idx = hg.topk_route(logits, 3, estimator="st", normalize=normalize, generator=_gen(9))
     assert all(len(set(row.tolist())) == 3 for row in idx)  # without replacement
     # the gates are exactly the weights of the drawn experts
-    ref_gates = routing._weights(logits.detach(), idx, normalize)
+    ref_gates = _weights(logits.detach(), idx, normalize)
     assert torch.equal(gates.detach(), ref_gates)
     (gates * gbar).sum().backward()
     torch.testing.assert_close(
@@ -363,7 +363,7 @@ def test_every_discrete_pathwise_estimator_routes(estimator):
     logits = _logits(dtype=torch.float32).requires_grad_()
     gates, idx = hg.topk_route(logits, 2, estimator=estimator, generator=_gen(0))
     assert gates.shape == idx.shape == (7, 2)
-    assert torch.equal(gates.detach(), routing._weights(logits.detach(), idx, "renormalize"))
+    assert torch.equal(gates.detach(), _weights(logits.detach(), idx, "renormalize"))
     gates.sum().backward()
     assert torch.isfinite(logits.grad).all()
 
@@ -489,7 +489,7 @@ def test_expectation_value_is_the_monte_carlo_mean():
     with torch.no_grad():
         noise = hg.estimators.gumbel_noise(theta.expand(3, 3, 5), g)
         idx = torch.topk(theta.expand(3, 3, 5) + noise, 2, -1).indices
-        gates = routing._weights(theta.expand(3, 3, 5), idx, "renormalize")
+        gates = _weights(theta.expand(3, 3, 5), idx, "renormalize")
         expected = f(gates, idx).mean(0)
     assert torch.equal(value.detach(), expected)
 

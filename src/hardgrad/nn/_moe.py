@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from .. import routing
 from .._checkpoint import SettingsInState
+from .._routing_ops import _check_normalize, _resolve
 from .._validation import check_floating, check_int, check_real
 from ..estimators import Estimator
 
@@ -117,7 +118,7 @@ class MoE(SettingsInState, nn.Module):
             raise ValueError(
                 f"Expected `default_decay` in [0, 1), but found default_decay={default_decay!r}"
             )
-        resolved = routing._resolve("dense" if estimator == "default" else estimator)
+        resolved = _resolve("dense" if estimator == "default" else estimator)
         if estimator == "default":
             resolved = "default"
         if isinstance(resolved, routing.SparseMixer):
@@ -130,7 +131,7 @@ class MoE(SettingsInState, nn.Module):
                 raise ValueError(f"Expected `k` <= {limit} for {resolved!r}, but found k={self.k}")
         elif normalize is None:
             normalize = "none" if self.k == 1 else "renormalize"
-        self.normalize = None if normalize is None else routing._check_normalize(normalize)
+        self.normalize = None if normalize is None else _check_normalize(normalize)
         self.estimator = estimator
         self._resolved = resolved
         if generator is not None and not isinstance(generator, torch.Generator):
