@@ -11,7 +11,14 @@ from hardgrad.bench.moe import ESTIMATORS, MoEConfig, _flops, _matching_accuracy
 def test_tiny_run(tmp_path):
     assert "moe" in TASKS.names()
     config = MoEConfig(
-        steps=4, seeds=2, probes=2, draws=4, test_tokens=64, batch_size=16, timing_rounds=1
+        steps=4,
+        seeds=2,
+        probes=2,
+        draws=4,
+        test_tokens=64,
+        batch_size=16,
+        timing_rounds=1,
+        plot=False,
     )
     from hardgrad.bench.report import PlainProgress
 

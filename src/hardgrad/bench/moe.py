@@ -114,6 +114,7 @@ class MoEConfig:
         test_tokens: tokens of the test set.
         balance_weight: the load-balancing loss's weight.
         seeds: independent runs per estimator.
+        plot: write ``moe.png`` (needs matplotlib).
         timing_rounds: rounds of the interleaved timing (each: 3 steps of every
             estimator, in a shuffled order); ``time ×sparse`` is the ratio of the medians.
         threads: intra-op threads while training.
@@ -136,6 +137,7 @@ class MoEConfig:
     balance_weight: float = 0.01
     seeds: int = 5
     timing_rounds: int = 20
+    plot: bool = True
     threads: int | None = 1
 
 
@@ -478,6 +480,38 @@ def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "d
     )
 
 
+def _plot(rows: dict[str, dict[str, Any]], config: MoEConfig, out: Any) -> str | None:
+    """Bars with seed spreads: router-gradient cosine, routing accuracy, test MSE."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - the bench extra is missing
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(rows)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, key, label in (
+        (axes[0], "cosine", "router-gradient cosine to exact"),
+        (axes[1], "accuracy", "routing accuracy"),
+        (axes[2], "test_mse", "test MSE"),
+    ):
+        means = [rows[n][key]["mean"] for n in names]
+        stds = [rows[n][key]["std"] for n in names]
+        ax.bar(names, means, yerr=stds, capsize=3, color="C0")
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelsize=7, rotation=45)
+    fig.suptitle(
+        f"toy MoE, {config.experts} experts, top-{config.k}, {config.seeds} seed(s)", fontsize=9
+    )
+    fig.tight_layout()
+    name = "moe.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
 @task(
     "moe",
     "toy MoE (8 experts, top-2): router-gradient bias vs the exact gradient, routing accuracy, cost",
@@ -587,6 +621,12 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
         data={"rows": list(rows.values())},
         wall_s=time.perf_counter() - t_start,
     )
+    figures: list[str] = []
+    if settings.out is not None and config.plot:
+        figure = _plot(rows, config, settings.out)
+        if figure is not None:
+            figures.append(figure)
+    result.figures = figures
     result.tables = [table]
     if "sparse" in rows and config.seeds > 1:
         result.tables.append(_paired_table(rows, config))
