@@ -162,9 +162,10 @@ def test_default_moe_uses_ema_outputs_in_backward_only():
             expected[j] = outs[rows, j].mean(0)
     torch.testing.assert_close(moe.default_outputs, expected)
     assert torch.equal(moe.default_seen, (idx1[..., None] == torch.arange(5)).any(0).any(0))
-    defaults = moe.default_outputs.clone()
+    before = moe.default_outputs.clone()
     upstream = torch.randn(6, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     y2, idx2, _ = moe(x2)
+    defaults = moe.default_outputs.clone()  # updated with this batch before use
     assert torch.equal(y2, sparse(x2)[0])  # the forward stays sparse
     calls.clear()
     (y2 * upstream).sum().backward()
@@ -179,9 +180,34 @@ def test_default_moe_uses_ema_outputs_in_backward_only():
     (grad,) = torch.autograd.grad(((p[..., None] * values).sum(1) * upstream).sum(), w_r)
     torch.testing.assert_close(moe.router.weight.grad, grad, rtol=1e-10, atol=1e-12)
     # the EMA after the second batch
+    assert not torch.equal(defaults, before)
     for j in range(5):
         rows = (idx2 == j).any(-1)
         if rows.any():
             mean = outs[rows, j].mean(0)
-            want = mean if not (idx1 == j).any() else 0.5 * defaults[j] + 0.5 * mean
+            want = mean if not (idx1 == j).any() else 0.5 * before[j] + 0.5 * mean
             torch.testing.assert_close(moe.default_outputs[j], want)
+
+
+@pytest.mark.parametrize("estimator", ["dense", "default"])
+def test_dense_and_default_compile_to_the_eager_gradients(estimator):
+    torch.manual_seed(0)
+    compiled_module = hg.nn.MoE(4, num_experts=5, k=2, estimator=estimator)
+    torch.manual_seed(0)
+    eager = hg.nn.MoE(4, num_experts=5, k=2, estimator=estimator)
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_module, fullgraph=True, backend="aot_eager")
+    for step in range(3):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+        outputs = []
+        for module in (compiled, eager):
+            y, _, loss = module(x)
+            (y.square().sum() + loss).backward()
+            outputs.append(y.detach())
+        assert torch.equal(outputs[0], outputs[1])
+        torch.testing.assert_close(compiled_module.router.weight.grad, eager.router.weight.grad)
+        compiled_module.zero_grad()
+        eager.zero_grad()
+    if estimator == "default":
+        torch.testing.assert_close(compiled_module.default_outputs, eager.default_outputs)
+    torch._dynamo.reset()

@@ -48,9 +48,11 @@ class MoE(SettingsInState, nn.Module):
       DenseMixer's gradient with each unselected expert's output replaced by its *default
       output* :math:`\hat E_j`, an exponential moving average (``default_decay``) of that
       expert's mean output over the tokens routed to it, updated in each training forward
-      (buffers ``default_outputs`` and ``default_seen``; an expert never reached yet has
-      default 0). No extra expert evaluations. Here the defaults enter the router's
-      backward only, so the forward stays exactly the sparse one.
+      before it is used (so this batch's outputs are in it; buffers ``default_outputs``
+      and ``default_seen``; an expert never reached yet has default 0). No extra expert
+      evaluations. Here the defaults enter the router's backward only (as zero-gated
+      slots, :func:`hardgrad.routing.unselected_gates`), so the forward value stays the
+      sparse one.
 
     ``forward(x)`` returns ``(y, indices, loss)``: ``y`` of shape ``(*batch,
     out_features)``, the selected experts ``(*batch, k)`` and the scalar load-balancing
@@ -242,23 +244,24 @@ class MoE(SettingsInState, nn.Module):
         y = (gates.unsqueeze(-1) * outputs).sum(-2)
         dense = self._resolved in ("dense", "default") and self.training
         if dense and self.k < self.num_experts and torch.is_grad_enabled():
-            unselected: Any
+            normalize = self.normalize or "renormalize"
             if self._resolved == "default":
-                defaults = self.default_outputs.clone()
-
-                def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
-                    return defaults[experts]
-
+                # The defaults enter as zero-gated slots: y is unchanged (each term is
+                # 0 * E_j), and the zero gates' backward is DenseMixer's unselected share
+                # with c_j = <dL/dy, default_j>. No expert is evaluated. The EMA is
+                # updated first: under torch.compile a copy taken before an in-place
+                # buffer update may be recomputed in backward from the updated buffer.
                 self._update_defaults(outputs, indices)
+                defaults = self.default_outputs.detach().clone().to(y.dtype)
+                zeros, rest = routing.unselected_gates(logits, indices, normalize=normalize)
+                y = y + (zeros.unsqueeze(-1) * defaults[rest]).sum(-2)
             else:
                 frozen = rows.detach()
 
                 def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
                     return self.expert_pairs(frozen[tokens], experts)
 
-            y = routing.dense_mixer(
-                y, logits, indices, unselected, normalize=self.normalize or "renormalize"
-            )
+                y = routing.dense_mixer(y, logits, indices, unselected, normalize=normalize)
         loss = routing.load_balancing_loss(logits, indices, num_experts=self.num_experts)
         return (
             y.reshape(*batch, self.out_features).to(x.dtype),
