@@ -136,6 +136,7 @@ STATEFUL = {
     "rebar": lambda: hg.estimators.REBAR(),
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
+    "MoE": lambda: hg.nn.MoE(3, num_experts=4, k=2),
 }
 
 

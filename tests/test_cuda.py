@@ -720,10 +720,13 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     ),
     "FSQ": lambda g: hg.nn.FSQ([3, 5, 4, 2, 2, 3]),
     "LFQ": lambda g: hg.nn.LFQ(6),
+    "MoE": lambda g: hg.nn.MoE(6, num_experts=4, k=2),
+    "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
+    "MoE-default": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="default"),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
-TUPLE_OUTPUT = {"VectorQuantize", "FSQ", "LFQ"}
+TUPLE_OUTPUT = {"VectorQuantize", "FSQ", "LFQ", "MoE"}
 #: Stateless modules that copy small constants to the device on their first call, once
 #: per device and dtype (FSQ's per-channel bounds, offsets and radix).
 MAKES_CONSTANTS_ONCE = {"FSQ"}

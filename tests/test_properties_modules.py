@@ -109,6 +109,8 @@ VQ_MODULES = {
     "VectorQuantize": lambda d, dtype: hg.nn.VectorQuantize(5, d),
     "FSQ": lambda d, dtype: hg.nn.FSQ([3, 5, 4][:d] + [2] * max(d - 3, 0)),
     "LFQ": lambda d, dtype: hg.nn.LFQ(d),
+    # (not a quantizer, but the same contract: (y, indices, loss), y shaped like the input)
+    "MoE": lambda d, dtype: hg.nn.MoE(d, num_experts=3, k=2),
 }
 
 

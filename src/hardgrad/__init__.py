@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import diagnostics, estimators, nn, ops, stochastic, surrogates, testing, vq
+from . import diagnostics, estimators, nn, ops, routing, stochastic, surrogates, testing, vq
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -25,6 +25,7 @@ from .ops import (
     topk_mask,
     trunc,
 )
+from .routing import topk_route
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
 from .vq import vector_quantize
 
@@ -46,6 +47,7 @@ __all__ = [
     "ops",
     "quantize",
     "round",
+    "routing",
     "set_validation",
     "sign",
     "stochastic",
@@ -54,6 +56,7 @@ __all__ = [
     "surrogates",
     "testing",
     "topk_mask",
+    "topk_route",
     "trunc",
     "validation_enabled",
     "vector_quantize",

@@ -25,6 +25,7 @@ from . import qat
 from . import speed
 from . import vq
 from . import models
+from . import moe
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -38,6 +39,7 @@ __all__ = [
     "TaskResult",
     "available_threads",
     "models",
+    "moe",
     "poly",
     "qat",
     "run_tasks",

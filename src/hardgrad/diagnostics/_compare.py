@@ -30,8 +30,10 @@ from torch import Tensor
 
 from ..estimators import Estimator, resolve
 from ..estimators._problem import Objective
+from ..routing import SparseMixer, TopK
 from ..stochastic import _one_of
 from ._gradients import exact_gradient, gradient_samples
+from ._routing import compare_routing
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,8 @@ def compare(
     logits: Tensor | None = None,
     *,
     probs: Tensor | None = None,
-    estimators: Sequence[str | Estimator],
-    dist: str = "bernoulli",
+    estimators: Sequence[str | Estimator | SparseMixer],
+    dist: str | TopK = "bernoulli",
     num_draws: int = 1000,
     exact: bool = True,
     dim: int = -1,
@@ -166,7 +168,12 @@ def compare(
         logits: floating tensor.
         probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         estimators: names or instances from :mod:`hardgrad.estimators`.
-        dist: ``"bernoulli"`` or ``"categorical"``.
+        dist: ``"bernoulli"`` or ``"categorical"``; or :class:`hardgrad.routing.TopK` for
+            router gradients: then ``f(gates, indices)`` is the objective of
+            :func:`hardgrad.routing.expectation`, the reference is the exact gradient of
+            the expected loss under stochastic top-k routing (enumerating the
+            :math:`\binom{E}{k}` subsets) and ``estimators`` may also name the routing
+            estimators (``"sparse"``, ``"dense"``, ``"sparsemixer"``, ...).
         num_draws: estimates per estimator, >= 2.
         exact: compare with the exact gradient (enumeration: small problems only).
         dim: the category dimension (categorical only).
@@ -179,8 +186,20 @@ def compare(
         ...                                 num_draws=1000, generator=torch.Generator().manual_seed(0))
         >>> [(row.estimator, round(row.bias, 1)) for row in result.rows]  # ST's theory: 4.6
         [('disarm', 0.0), ('st', 4.4)]
+
+        Router gradients (see :mod:`hardgrad.routing`):
+
+        >>> outputs = torch.tensor([1.0, 0.0, 0.5, 2.0])   # the experts' outputs, one token
+        >>> f = lambda gates, idx: ((gates * outputs[idx]).sum(-1) - 1.2).square()
+        >>> result = hg.diagnostics.compare(f, torch.zeros(1, 4), estimators=["sparse", "rloo"],
+        ...                                 dist=hg.routing.TopK(2), num_draws=2000,
+        ...                                 generator=torch.Generator().manual_seed(0))
+        >>> [(row.estimator, round(row.bias, 1)) for row in result.rows]
+        [('sparse', 1.1), ('rloo', 0.0)]
     """
-    if isinstance(estimators, (str, Estimator)) or not isinstance(estimators, Sequence):
+    if isinstance(estimators, (str, Estimator, SparseMixer)) or not isinstance(
+        estimators, Sequence
+    ):
         raise TypeError(
             "Expected `estimators` to be a list of names or Estimator instances, "
             f"but found {type(estimators).__name__}"
@@ -189,10 +208,12 @@ def compare(
         raise ValueError("Expected at least one estimator in `estimators`, but found none")
     if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 2:
         raise ValueError(f"Expected `num_draws` >= 2 (an int), but found num_draws={num_draws!r}")
+    if isinstance(dist, TopK):
+        return _compare_routing(f, logits, estimators, dist, num_draws, exact, generator)
     chosen = []
     for entry in estimators:
         try:
-            chosen.append(resolve(entry))
+            chosen.append(resolve(entry))  # type: ignore[arg-type]  # (refuses a SparseMixer)
         except (TypeError, ValueError) as error:  # name the argument the caller passed
             raise type(error)(f"Bad entry {entry!r} in `estimators`: {error}") from None
     tensor, is_probs = _one_of(logits, probs)
@@ -217,4 +238,26 @@ def compare(
     settings = {"dist": dist, "num_draws": num_draws, "dim": dim, "shape": list(tensor.shape)}
     if is_probs:
         settings["parameter"] = "probs"
+    return Comparison(rows, reference, settings)
+
+
+def _compare_routing(
+    f: Any,
+    logits: Tensor | None,
+    estimators: Sequence[Any],
+    dist: TopK,
+    num_draws: int,
+    exact: bool,
+    generator: torch.Generator | None,
+) -> Comparison:
+    """:func:`compare` for router gradients (``dist`` a :class:`hardgrad.routing.TopK`)."""
+    if logits is None:
+        raise ValueError("Expected `logits` for dist=TopK (router logits), but found None")
+    draws, reference = compare_routing(f, logits, dist, estimators, num_draws, exact, generator)
+    rows = [summarize(d, reference, name, seconds) for name, d, seconds in draws]
+    settings = {
+        "dist": repr(dist),
+        "num_draws": num_draws,
+        "shape": list(logits.shape),
+    }
     return Comparison(rows, reference, settings)

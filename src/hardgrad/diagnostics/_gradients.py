@@ -16,7 +16,9 @@ from .._expectation import expectation
 from .._validation import check_dim, check_int
 from ..estimators import Estimator
 from ..estimators._problem import Objective
+from ..routing import TopK
 from ..stochastic import _one_of
+from ._routing import routing_exact_gradient
 
 #: Elements (draws x logits) handed to one hg.expectation call at most.
 CHUNK_ELEMENTS = 2**21
@@ -27,7 +29,7 @@ def exact_gradient(
     logits: Tensor | None = None,
     *,
     probs: Tensor | None = None,
-    dist: str = "bernoulli",
+    dist: str | TopK = "bernoulli",
     dim: int = -1,
 ) -> Tensor:
     r"""The exact :math:`\nabla_\theta \sum_j E_{b \sim p_\theta}[f_j(b)]`, by enumeration.
@@ -41,7 +43,9 @@ def exact_gradient(
         f: the objective, ``(n, *logits.shape) -> (n, *prefix)``.
         logits: floating tensor (log-odds, or log-probabilities along ``dim``).
         probs: floating tensor of probabilities (keyword only), instead of ``logits``.
-        dist: ``"bernoulli"`` or ``"categorical"``.
+        dist: ``"bernoulli"`` or ``"categorical"``; or :class:`hardgrad.routing.TopK`:
+            router logits (experts on the last dim) and ``f(gates, indices)``, the
+            gradient of :func:`hardgrad.routing.expectation` by enumerating the subsets.
         dim: the category dimension (categorical only).
 
     Returns:
@@ -57,6 +61,10 @@ def exact_gradient(
         tensor([0.1000, 0.1000])
     """
     tensor, is_probs = _one_of(logits, probs)
+    if isinstance(dist, TopK):
+        if is_probs:
+            raise ValueError("Expected `logits` (router logits) for dist=TopK, but found `probs`")
+        return routing_exact_gradient(f, tensor, dist)
     leaf = tensor.detach().requires_grad_()
     with torch.enable_grad():
         value = expectation(

@@ -14,6 +14,7 @@ Sequential(
 
 from ._anneal import Anneal, anneal
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
+from ._moe import MoE
 from ._quantize import Quantize
 from ._stochastic import Bernoulli, Categorical
 from ._vq import FSQ, LFQ, VectorQuantize
@@ -27,6 +28,7 @@ __all__ = [
     "Categorical",
     "Clamp",
     "Heaviside",
+    "MoE",
     "OneHotArgmax",
     "Quantize",
     "Round",

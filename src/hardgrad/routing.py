@@ -1,0 +1,74 @@
+r"""Top-k routing for mixtures of experts, with a chosen gradient for the router.
+
+Papers:
+
+* Sparsely-gated mixture of experts, top-k softmax gating: Shazeer et al. (2017),
+  https://arxiv.org/abs/1701.06538.
+* Switch Transformer (top-1, no renormalisation; the load-balancing loss): Fedus et al.
+  (2021), https://arxiv.org/abs/2101.03961.
+* Mixtral (top-2, softmax over the two selected logits): Jiang et al. (2024),
+  https://arxiv.org/abs/2401.04088.
+* SparseMixer (top-1): Liu, Gao & Chen (2023), https://arxiv.org/abs/2310.00811, code
+  https://github.com/microsoft/SparseMixer; its top-2 form in GRIN / PhiMoE: Liu et al.
+  (2024), https://arxiv.org/abs/2409.12136.
+* DenseMixer (sparse forward, dense router gradient): Yao et al. (2025),
+  https://fengyao.notion.site/moe-posttraining, code https://github.com/yaof20/DenseMixer.
+* Default MoE (EMA default outputs for the unselected experts): Panda et al. (2025),
+  https://arxiv.org/abs/2504.12463.
+* Gumbel top-k sampling without replacement (Plackett-Luce): Kool, van Hoof & Welling
+  (2019), https://arxiv.org/abs/1903.06059.
+
+Notation, per token: router logits :math:`\theta \in \mathbb{R}^E`,
+:math:`p = \operatorname{softmax}(\theta)`, the selected set :math:`S` (:math:`|S| = k`),
+gates :math:`g_i` for :math:`i \in S`, the layer output :math:`y = \sum_{i \in S} g_i
+E_i(x)` and :math:`c_j = \langle \partial L/\partial y, E_j(x)\rangle` (so that
+:math:`\partial L/\partial g_i = c_i`).
+
+:func:`topk_route` is the op. Its ``estimator`` picks the router gradient:
+
+* ``"sparse"``: autograd through the selected gates only (what every framework does);
+* ``"dense"``: DenseMixer. The selected experts' share of its gradient is exactly the
+  sparse one; the unselected experts' share needs their outputs, which only the layer can
+  give: pass the layer's output through :func:`dense_mixer` with a callable that computes
+  them (called in backward only: the forward stays sparse and the extra compute is explicit).
+  :class:`hardgrad.nn.MoE` does both;
+* ``"sparsemixer"`` / ``"sparsemixer_v1"``: SparseMixer as published (sampled experts,
+  its midpoint/Heun multipliers in forward, its backward);
+* a pathwise estimator of :mod:`hardgrad.estimators` (``"st"``, ``"st_gumbel"``,
+  ``"reinmax"``, ...): stochastic routing, the experts drawn by Gumbel top-k without
+  replacement, each draw's one-hot carrying that estimator's gradient.
+
+The score-function estimators (``"reinforce"``, ``"rloo"``) and exact enumeration
+(``"exact"``) need the objective; they work through :func:`expectation`, which also gives
+every other estimator's gradient for the same objective, so that
+:func:`hardgrad.diagnostics.compare` can measure them all against the exact gradient
+(``dist=hg.routing.TopK(k)``).
+"""
+
+from __future__ import annotations
+
+from ._routing_expectation import enumerate_routes, expectation, load_balancing_loss
+from ._routing_ops import (
+    NORMALIZATIONS,
+    ROUTING_ESTIMATORS,
+    SparseMixer,
+    TopK,
+    dense_mixer,
+    topk_route,
+    unselected_experts,
+    unselected_gates,
+)
+
+__all__ = [
+    "NORMALIZATIONS",
+    "ROUTING_ESTIMATORS",
+    "SparseMixer",
+    "TopK",
+    "dense_mixer",
+    "enumerate_routes",
+    "expectation",
+    "load_balancing_loss",
+    "topk_route",
+    "unselected_experts",
+    "unselected_gates",
+]
