@@ -7,7 +7,7 @@
 tensor([1., 1.])
 """
 
-from . import diagnostics, estimators, nn, ops, stochastic, surrogates, testing, vq
+from . import diagnostics, estimators, nn, ops, solvers, stochastic, surrogates, testing, vq
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -25,6 +25,7 @@ from .ops import (
     topk_mask,
     trunc,
 )
+from .solvers import blackbox, identity_solver, imle, perturbed
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
 from .vq import vector_quantize
 
@@ -32,6 +33,7 @@ __all__ = [
     "__version__",
     "bernoulli",
     "binarize",
+    "blackbox",
     "categorical",
     "ceil",
     "clamp",
@@ -40,14 +42,18 @@ __all__ = [
     "expectation",
     "floor",
     "heaviside",
+    "identity_solver",
+    "imle",
     "nn",
     "noisy_rectifier",
     "one_hot_argmax",
     "ops",
+    "perturbed",
     "quantize",
     "round",
     "set_validation",
     "sign",
+    "solvers",
     "stochastic",
     "stochastic_times_smooth",
     "straight_through",
