@@ -7,7 +7,18 @@
 tensor([1., 1.])
 """
 
-from . import diagnostics, estimators, nn, ops, solvers, stochastic, surrogates, testing, vq
+from . import (
+    diagnostics,
+    estimators,
+    nn,
+    ops,
+    solvers,
+    sorting,
+    stochastic,
+    surrogates,
+    testing,
+    vq,
+)
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
@@ -26,6 +37,7 @@ from .ops import (
     trunc,
 )
 from .solvers import blackbox, identity_solver, imle, perturbed
+from .sorting import rank, soft_rank, soft_sort, sort
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
 from .vq import vector_quantize
 
@@ -50,10 +62,15 @@ __all__ = [
     "ops",
     "perturbed",
     "quantize",
+    "rank",
     "round",
     "set_validation",
     "sign",
+    "soft_rank",
+    "soft_sort",
     "solvers",
+    "sort",
+    "sorting",
     "stochastic",
     "stochastic_times_smooth",
     "straight_through",
