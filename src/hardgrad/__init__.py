@@ -39,6 +39,7 @@ from .ops import (
 from .solvers import blackbox, identity_solver, imle, perturbed
 from .sorting import rank, soft_rank, soft_sort, sort
 from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
+from .subsets import subset
 from .vq import vector_quantize
 
 __all__ = [
@@ -74,6 +75,8 @@ __all__ = [
     "stochastic",
     "stochastic_times_smooth",
     "straight_through",
+    "subset",
+    "subsets",
     "surrogates",
     "testing",
     "topk_mask",
