@@ -136,6 +136,7 @@ STATEFUL = {
     "rebar": lambda: hg.estimators.REBAR(),
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
+    "HardConcreteGate": lambda: hg.nn.HardConcreteGate(3, beta=0.5),
 }
 
 

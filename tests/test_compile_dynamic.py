@@ -188,6 +188,7 @@ MODULES = {
     ),
     "FSQ": lambda: _FirstPlusLoss(hg.nn.FSQ([5, 5, 4, 3])),
     "LFQ": lambda: _FirstPlusLoss(hg.nn.LFQ(4)),
+    "HardConcreteGate": lambda: hg.nn.HardConcreteGate(4),
 }
 
 

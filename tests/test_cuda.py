@@ -714,6 +714,7 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     ),
     "FSQ": lambda g: hg.nn.FSQ([3, 5, 4, 2, 2, 3]),
     "LFQ": lambda g: hg.nn.LFQ(6),
+    "HardConcreteGate": lambda g: hg.nn.HardConcreteGate(6, generator=g),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
@@ -785,7 +786,7 @@ def test_nn_module(key: str, dtype: torch.dtype, cuda_device) -> None:
         assert module.current_estimator().tau == pytest.approx(SCHEDULE(1))  # type: ignore[operator]
     with noise_from(cuda_device) as draws:
         _, cpu = run_module(key, dtype, torch.device("cpu"), decoy_generator())
-    assert bool(draws) == key.startswith(("Bernoulli", "Categorical"))
+    assert bool(draws) == key.startswith(("Bernoulli", "Categorical", "HardConcreteGate"))
     precision = dtype
     if key.startswith("Quantize"):
         # y = round(x / s) s with s a float32 parameter initialised from a batch mean

@@ -10,6 +10,7 @@ tensor([1., 1.])
 from . import (
     diagnostics,
     estimators,
+    gates,
     nn,
     ops,
     solvers,
@@ -22,6 +23,7 @@ from . import (
 from ._expectation import expectation
 from ._validation import set_validation, validation_enabled
 from ._version import __version__
+from .gates import hard_concrete
 from .ops import (
     binarize,
     ceil,
@@ -54,6 +56,8 @@ __all__ = [
     "estimators",
     "expectation",
     "floor",
+    "gates",
+    "hard_concrete",
     "heaviside",
     "identity_solver",
     "imle",

@@ -14,6 +14,7 @@ Sequential(
 
 from ._anneal import Anneal, anneal
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
+from ._l0 import HardConcreteGate
 from ._quantize import Quantize
 from ._stochastic import Bernoulli, Categorical
 from ._vq import FSQ, LFQ, VectorQuantize
@@ -26,6 +27,7 @@ __all__ = [
     "Binarize",
     "Categorical",
     "Clamp",
+    "HardConcreteGate",
     "Heaviside",
     "OneHotArgmax",
     "Quantize",
