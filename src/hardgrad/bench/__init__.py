@@ -25,6 +25,7 @@ from . import qat
 from . import speed
 from . import vq
 from . import shortest_path
+from . import l0
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -37,6 +38,7 @@ __all__ = [
     "Task",
     "TaskResult",
     "available_threads",
+    "l0",
     "poly",
     "qat",
     "run_tasks",
