@@ -411,7 +411,11 @@ def _relaxed(
         return (p @ x.unsqueeze(-1)).squeeze(-1)
     n = x.shape[-1]
     positions = torch.arange(1, n + 1, dtype=x.dtype, device=x.device)
-    return (positions.unsqueeze(-1) * p).sum(-2)  # expected position of each entry
+    # Each entry's mean position under its column of P: the column sums of a row-stochastic
+    # P are not 1, and the unnormalised sum_i i P_ij is not even increasing in x_j at high
+    # temperature (the largest entry's "rank" falls as it grows).
+    column = p.sum(-2).clamp_min(torch.finfo(p.dtype).tiny)
+    return (positions.unsqueeze(-1) * p).sum(-2) / column
 
 
 def _hard(x: Tensor, what: str, descending: bool) -> Tensor:
@@ -533,8 +537,8 @@ def rank(
     as a stable sort orders them; ``descending=True``: 1 for the largest). Its true
     derivative is 0 almost everywhere. Backward: the vector-Jacobian product of
     :func:`soft_rank` (``"soft"``, Blondel et al. 2020, https://arxiv.org/abs/2002.08871) or
-    of the expected positions :math:`\sum_i i\,\hat P_{ij}` under NeuralSort's or
-    SoftSort's relaxed permutation (``"neuralsort"``, ``"softsort"``; :math:`\tau` =
+    of the mean positions :math:`\sum_i i\,\hat P_{ij} / \sum_i \hat P_{ij}` under
+    NeuralSort's or SoftSort's relaxed permutation (``"neuralsort"``, ``"softsort"``; :math:`\tau` =
     ``strength``). Biased.
 
     Args:

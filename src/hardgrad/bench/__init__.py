@@ -26,6 +26,7 @@ from . import speed
 from . import vq
 from . import shortest_path
 from . import l0
+from . import ranking
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -41,6 +42,7 @@ __all__ = [
     "l0",
     "poly",
     "qat",
+    "ranking",
     "run_tasks",
     "shortest_path",
     "speed",
