@@ -351,3 +351,33 @@ def test_bad_input():
     with pytest.raises(ValueError, match="`target`"):
         hg.perturbed(argmax_solver).fenchel_young_loss(theta, torch.zeros(3))
     assert "PerturbedSolver(argmax_solver" in repr(hg.perturbed(argmax_solver))
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+@pytest.mark.statistical
+def test_compare_layers_against_the_smoothed_reference():
+    """Perturbed Gumbel argmax is unbiased for softmax(theta / sigma) under a linear
+    objective: its relative bias over 300 draws of 50 samples is within 5 standard errors
+    (seeded; a fresh seed fails with probability below 1e-6); blackbox is biased there."""
+    torch.manual_seed(0)
+    theta = torch.tensor([[0.8, 0.2, -0.4, 0.0]], dtype=torch.float64)
+    w = torch.tensor([[1.0, -1.0, 2.0, 0.5]], dtype=torch.float64)
+    layers = {
+        "perturbed": hg.perturbed(argmax_solver, sigma=0.5, num_samples=50, generator=gen(20)),
+        "blackbox": hg.blackbox(argmax_solver, lam=1.0),
+    }
+    result = hg.diagnostics.compare_layers(
+        lambda y: (y * w).sum(), theta, layers=layers,
+        reference=lambda t: torch.softmax(t / 0.5, -1), num_draws=300,
+    )  # fmt: skip
+    perturbed, bb = result.rows
+    assert perturbed.estimator == "perturbed" and perturbed.cosine > 0.99
+    assert perturbed.bias < 5 * perturbed.std / math.sqrt(300)
+    assert bb.std == 0.0 and bb.bias > 0.1
+    assert "perturbed" in str(result) and result.to_dict()["rows"][1]["estimator"] == "blackbox"
+    with pytest.raises(ValueError, match="`layers`"):
+        hg.diagnostics.compare_layers(lambda y: y.sum(), theta, layers={})
+    with pytest.raises(ValueError, match="`num_draws`"):
+        hg.diagnostics.compare_layers(lambda y: y.sum(), theta, layers=layers, num_draws=1)

@@ -292,3 +292,22 @@ def test_bad_input():
         hg.rank(x, descending=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="`tau` > 0"):
         neural_sort_permutation(x, tau=-1.0)
+
+
+def test_compare_layers_and_audit_suggestions():
+    x = rows(5, count=2)
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    result = hg.diagnostics.compare_layers(
+        lambda r: (r * g).sum(), x,
+        layers={"soft": lambda t: hg.rank(t, strength=0.5), "neuralsort": lambda t: hg.rank(t, backward="neuralsort", strength=0.5)},
+        reference=lambda t: hg.soft_rank(t, strength=0.5), num_draws=2,
+    )  # fmt: skip
+    soft, neural = result.rows
+    assert soft.bias == pytest.approx(0.0, abs=1e-12) and soft.std == 0.0
+    assert neural.bias > 0
+    lin = torch.nn.Linear(3, 1)
+    with hg.diagnostics.audit() as report:  # ranks by a double argsort: no gradient
+        r = lin(torch.randn(6, 3)).squeeze(-1).argsort().argsort().float()
+        (r - torch.arange(6.0)).pow(2).mean().requires_grad_(True).backward()
+    (finding,) = [f for f in report.findings if "argsort" in f.op]
+    assert "hg.rank" in finding.suggestion and "hg.soft_rank" in finding.suggestion
