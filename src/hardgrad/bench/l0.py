@@ -97,9 +97,11 @@ def train_and_evaluate(lam: float, data: Dataset, config: L0Config, seed: int) -
     model = GatedMLP(data.features, config.hidden, classes)
     gate_params = [model.input_gate.log_alpha, model.hidden_gate.log_alpha]
     others = [p for n, p in model.named_parameters() if not n.endswith("log_alpha")]
-    opt = torch.optim.Adam(
-        [{"params": others}, {"params": gate_params, "lr": config.gate_lr}], lr=config.lr
-    )
+    groups: list[dict[str, Any]] = [
+        {"params": others},
+        {"params": gate_params, "lr": config.gate_lr},
+    ]
+    opt = torch.optim.Adam(groups, lr=config.lr)
     g = torch.Generator().manual_seed(seed + 1)
     n = len(data.x_train)
     t0 = time.perf_counter()
