@@ -167,3 +167,19 @@ def test_bad_input():
         hg.subset(x, 2, generator=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="floating-point"):
         k_subset_marginals(torch.ones(3, dtype=torch.long), 1)
+
+
+def test_extreme_logits_stay_finite():
+    logits = torch.tensor([[1e30, -1e30, 0.0, 5.0, 5.0]], requires_grad=True)
+    for estimator in ("st", "relaxed", "simple"):
+        logits.grad = None
+        z = hg.subset(logits, 2, estimator=estimator, tau=1e-3, generator=gen(13))
+        assert torch.isfinite(z).all()
+        (z * torch.arange(5.0)).sum().backward()
+        assert torch.isfinite(logits.grad).all()
+        if estimator != "relaxed":
+            assert z[0, 0] == 1 and z[0, 1] == 0
+    la = torch.tensor([1e30, -1e30, 0.0], requires_grad=True)
+    z = hg.hard_concrete(la, generator=gen(14))
+    z.sum().backward()
+    assert z[0] == 1 and z[1] == 0 and torch.isfinite(la.grad).all()

@@ -19,12 +19,12 @@ from ._kernels import opmath
 from ._validation import check_floating, check_positive, check_real
 from .estimators._base import uniform
 
-__all__ = ["check_stretch", "expected_l0", "hard_concrete", "hard_concrete_mean"]
+__all__ = ["expected_l0", "hard_concrete", "hard_concrete_mean"]
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 
 
-def check_stretch(beta: Any, gamma: Any, zeta: Any) -> tuple[float, float, float]:
+def _check_stretch(beta: Any, gamma: Any, zeta: Any) -> tuple[float, float, float]:
     """``beta`` > 0 and ``gamma`` < 0 < 1 < ``zeta`` (the stretched interval must contain
     [0, 1] strictly, or no gate is ever exactly 0 or 1)."""
     beta = check_positive(beta, "beta")
@@ -78,7 +78,7 @@ def hard_concrete(
         tensor([0.0000, 0.2195, 0.0000, 0.0000])
     """
     check_floating(log_alpha, "log_alpha")
-    beta, gamma, zeta = check_stretch(beta, gamma, zeta)
+    beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
     _check_generator(generator)
     u = uniform(log_alpha, generator)
     s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + opmath(log_alpha)) / beta)
@@ -95,7 +95,7 @@ def hard_concrete_mean(log_alpha: Tensor, *, gamma: float = GAMMA, zeta: float =
         tensor([0.0000, 0.5000, 1.0000])
     """
     check_floating(log_alpha, "log_alpha")
-    _, gamma, zeta = check_stretch(BETA, gamma, zeta)
+    _, gamma, zeta = _check_stretch(BETA, gamma, zeta)
     s = torch.sigmoid(opmath(log_alpha))
     return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(log_alpha.dtype)
 
@@ -118,6 +118,6 @@ def expected_l0(
         tensor([0.0831, 0.8318, 0.9963])
     """
     check_floating(log_alpha, "log_alpha")
-    beta, gamma, zeta = check_stretch(beta, gamma, zeta)
+    beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
     shift = beta * math.log(-gamma / zeta)
     return torch.sigmoid(opmath(log_alpha) - shift).to(log_alpha.dtype)

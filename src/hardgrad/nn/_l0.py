@@ -63,7 +63,7 @@ class HardConcreteGate(SettingsInState, nn.Module):
         if not 0 < keep < 1:
             raise ValueError(f"Expected `init_keep` in (0, 1), but found init_keep={init_keep!r}")
         self.init_keep = keep
-        self.beta, self.gamma, self.zeta = gates.check_stretch(beta, gamma, zeta)
+        self.beta, self.gamma, self.zeta = gates._check_stretch(beta, gamma, zeta)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(
                 f"Expected `generator` to be a torch.Generator or None, but found {type(generator).__name__}"
