@@ -381,3 +381,20 @@ def test_compare_layers_against_the_smoothed_reference():
         hg.diagnostics.compare_layers(lambda y: y.sum(), theta, layers={})
     with pytest.raises(ValueError, match="`num_draws`"):
         hg.diagnostics.compare_layers(lambda y: y.sum(), theta, layers=layers, num_draws=1)
+
+
+def test_empty_batch_scalar_events_and_random_transforms():
+    for shape in ((0, 5), (3,)):
+        theta = torch.randn(shape, requires_grad=True)
+        layer = hg.perturbed(top2_solver if len(shape) == 2 else torch.sign, num_samples=2)
+        y = layer(theta)
+        y.sum().backward()
+        assert y.shape == theta.shape and theta.grad.shape == theta.shape
+        loss = layer.fenchel_young_loss(theta, torch.zeros(shape))
+        assert loss.shape == shape[:1]
+    # randomness="different": every vmapped entry draws its own noise
+    x = torch.randn(4, 3, 5)
+    out = torch.vmap(hg.perturbed(top2_solver, num_samples=3), randomness="different")(x)
+    assert out.shape == x.shape
+    grad = torch.func.grad(lambda t: (hg.perturbed(top2_solver)(t) * t.detach()).sum())(x[0])
+    assert grad.shape == (3, 5) and torch.isfinite(grad).all()

@@ -183,3 +183,14 @@ def test_extreme_logits_stay_finite():
     z = hg.hard_concrete(la, generator=gen(14))
     z.sum().backward()
     assert z[0] == 1 and z[1] == 0 and torch.isfinite(la.grad).all()
+
+
+def test_torch_func():
+    x = torch.randn(4, 3, 5)
+    out = torch.vmap(lambda t: hg.subset(t, 2), randomness="different")(x)
+    assert torch.equal(out.sum(-1), torch.full((4, 3), 2.0))
+    for estimator in ("st", "simple"):
+        grad = torch.func.grad(
+            lambda t, e=estimator: (hg.subset(t, 2, estimator=e) * t.detach()).sum()
+        )(x[0])
+        assert grad.shape == (3, 5) and torch.isfinite(grad).all()

@@ -133,7 +133,7 @@ def _inner(a: Tensor, b: Tensor) -> Tensor:
     """:math:`\\langle a, b\\rangle` over the event dimensions of ``(M, N, *event)`` stacks:
     shape ``(M, N, 1, ..., 1)`` (broadcastable back)."""
     p = a * b
-    return p.reshape((*p.shape[:2], -1)).sum(-1).reshape((*p.shape[:2],) + (1,) * (p.dim() - 2))
+    return p.sum(dim=tuple(range(2, p.dim())), keepdim=True) if p.dim() > 2 else p
 
 
 def _negated(solver: Solver, theta: Tensor) -> Tensor:
