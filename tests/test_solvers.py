@@ -391,7 +391,21 @@ def test_empty_batch_scalar_events_and_random_transforms():
         y.sum().backward()
         assert y.shape == theta.shape and theta.grad.shape == theta.shape
         loss = layer.fenchel_young_loss(theta, torch.zeros(shape))
-        assert loss.shape == shape[:1]
+        assert loss.shape == ((0,) if len(shape) == 2 else ())
+    # a 1-D theta is one instance: the solver sees (1, n), exactly as for theta[None]
+    theta = torch.tensor([0.5, -0.2, 1.0, 0.3, 0.0])
+    for make in (
+        lambda: hg.perturbed(argmax_solver, num_samples=5, generator=gen(30)),
+        lambda: hg.imle(top2_solver, k=2, generator=gen(31)),
+        lambda: hg.blackbox(top2_solver, lam=1.0),
+        lambda: hg.identity_solver(argmin_solver, minimize=True, project="norm"),
+    ):
+        one, batch = theta.clone().requires_grad_(True), theta[None].clone().requires_grad_(True)
+        y1, y2 = make()(one), make()(batch)
+        assert y1.shape == (5,) and torch.equal(y1, y2[0])
+        (y1 * theta).sum().backward()
+        (y2 * theta).sum().backward()
+        assert torch.equal(one.grad, batch.grad[0])
     # randomness="different": every vmapped entry draws its own noise
     x = torch.randn(4, 3, 5)
     out = torch.vmap(hg.perturbed(top2_solver, num_samples=3), randomness="different")(x)

@@ -22,7 +22,9 @@ call) and whose backward is the chosen estimator. For a solver that *minimises* 
 then works with :math:`\theta = -c` (and the gradient reaches ``c`` through the negation).
 
 The first dimension of ``theta`` is the batch; all others are the solution's dimensions
-(inner products :math:`\langle\cdot,\cdot\rangle` sum over them). Noise is drawn from
+(inner products :math:`\langle\cdot,\cdot\rangle` sum over them). A 1-D ``theta`` of
+shape ``(n,)`` is one instance: the solver sees it as a batch of one, ``(1, n)``, and the
+layer returns shape ``(n,)`` (a scalar Fenchel-Young loss). Noise is drawn from
 ``generator`` on ``theta``'s device (float32 for half types); the solver is called on
 tensors of ``theta``'s dtype; no autograd ``Function`` class is created per call.
 """
@@ -386,10 +388,19 @@ class _SolverLayer:
     minimize: bool
 
     def _scores(self, theta: Any) -> tuple[Tensor, Solver]:
+        """The scores the Function sees (a 1-D ``theta`` as a batch of one; ``-theta`` for a
+        minimiser) and the solver to call on them."""
         theta = _check_theta(theta)
+        if theta.dim() == 1:
+            theta = theta.unsqueeze(0)
         if self.minimize:
             return -theta, functools.partial(_negated, self.solver)
         return theta, self.solver
+
+    @staticmethod
+    def _unbatch(theta: Tensor, out: Tensor) -> Tensor:
+        """``out`` without the batch dimension that :meth:`_scores` added to a 1-D ``theta``."""
+        return out.squeeze(0) if theta.dim() == 1 else out
 
     def _settings(self) -> str:
         raise NotImplementedError
@@ -431,7 +442,7 @@ class PerturbedSolver(_SolverLayer):
         scores, solver = self._scores(theta)
         z = _noise(self.noise, scores, self.num_samples, self.generator)
         y, _ = apply_function(_Perturbed, scores, z, solver, self.sigma, self.noise, self.hard)
-        return y
+        return self._unbatch(theta, y)
 
     def fenchel_young_loss(self, theta: Tensor, target: Tensor) -> Tensor:
         r"""The perturbed Fenchel-Young loss of ``theta`` against the solutions ``target``.
@@ -461,16 +472,17 @@ class PerturbedSolver(_SolverLayer):
         """
         scores, solver = self._scores(theta)
         check_floating(target, "target")
-        if target.shape != scores.shape:
+        if target.shape != theta.shape:
             raise ValueError(
-                f"Expected `target` to have `theta`'s shape {tuple(scores.shape)}, but found "
+                f"Expected `target` to have `theta`'s shape {tuple(theta.shape)}, but found "
                 f"shape {tuple(target.shape)}"
             )
         z = _noise(self.noise, scores, self.num_samples, self.generator)
         loss, _ = apply_function(
-            _PerturbedFenchelYoung, scores, target.detach(), z, solver, self.sigma
-        )
-        return loss
+            _PerturbedFenchelYoung, scores, target.detach().reshape(scores.shape), z, solver,
+            self.sigma,
+        )  # fmt: skip
+        return self._unbatch(theta, loss)
 
 
 def perturbed(
@@ -602,7 +614,7 @@ class IMLESolver(_SolverLayer):
     def __call__(self, theta: Tensor) -> Tensor:
         scores, solver = self._scores(theta)
         y, _ = apply_function(_IMLE, scores, self._draw(scores), solver, self.lam)
-        return y
+        return self._unbatch(theta, y)
 
 
 def imle(
@@ -692,7 +704,7 @@ class BlackboxSolver(_SolverLayer):
 
     def __call__(self, theta: Tensor) -> Tensor:
         scores, solver = self._scores(theta)
-        return apply_function(_Blackbox, scores, solver, self.lam)
+        return self._unbatch(theta, apply_function(_Blackbox, scores, solver, self.lam))
 
 
 def blackbox(solver: Solver, *, lam: float, minimize: bool = False) -> BlackboxSolver:
@@ -752,7 +764,7 @@ class IdentitySolver(_SolverLayer):
                 scores = scores - scores.mean(dims, keepdim=True)
             norm = scores.norm(dim=dims, keepdim=True) if dims else scores.abs()
             scores = scores / norm.clamp_min(torch.finfo(scores.dtype).tiny)
-        return apply_function(_Identity, scores, solver)
+        return self._unbatch(theta, apply_function(_Identity, scores, solver))
 
 
 def identity_solver(
