@@ -26,6 +26,10 @@ handful of batched tensor operations: no Python loop, so it runs on any device, 
 ``torch.compile`` and ``torch.func``, and autograd differentiates it exactly (the selected
 block's mean, as PAV's Jacobian). Use it for rows of up to a few thousand entries.
 Computed in float32 for half types (and returned in the input's dtype).
+The relaxations read NaN as 0 and cap magnitudes at the dtype's maximum over :math:`8n`
+(beyond every regularisation's reach), so every result and gradient is finite for any
+finite input and any positive ``strength`` or ``tau``; :func:`sort` and :func:`rank` keep
+``torch.sort``'s exact forward (NaN sorts last).
 """
 
 from __future__ import annotations
@@ -104,7 +108,11 @@ def _range_logsumexp(a: Tensor) -> Tensor:
     tail = r[..., 1:].unsqueeze(-2)  # R_{k+1}, along columns
     gap = (tail - head).clamp_max(0.0)
     tiny = torch.finfo(a.dtype).tiny
-    return head + torch.log((-torch.expm1(gap)).clamp_min(tiny))
+    out = head + torch.log((-torch.expm1(gap)).clamp_min(tiny))
+    # A block of one is a_j itself, bit for bit and with derivative exactly 1 (the suffix
+    # sums' own rounding, an ulp of a large a_j, would otherwise leak into the gradient).
+    idx = torch.arange(n, device=a.device)
+    return torch.where(idx.unsqueeze(-1) == idx, a.unsqueeze(-2), out)
 
 
 def _range_mean(y: Tensor) -> Tensor:
@@ -113,34 +121,67 @@ def _range_mean(y: Tensor) -> Tensor:
     n = y.shape[-1]
     idx = torch.arange(n, device=y.device)
     keep = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
-    sums = torch.where(keep, y.unsqueeze(-2), torch.zeros_like(y).unsqueeze(-2)).cumsum(-1)
+    # Sums of y / 2^m (2^m >= n, an exact scaling), then times 2^m / count: no overflow for
+    # entries up to half the dtype's max, and a block of one is y itself, bit for bit.
+    power = float(2 ** max(n - 1, 0).bit_length())
+    scaled = y / power
+    sums = torch.where(keep, scaled.unsqueeze(-2), torch.zeros_like(y).unsqueeze(-2)).cumsum(-1)
     counts = (idx - idx.unsqueeze(-1) + 1).clamp_min(1).to(y.dtype)
-    return sums / counts
+    return sums * (power / counts)
 
 
-def _min_max(block: Tensor) -> Tensor:
+def _min_max(block: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     r""":math:`v_i = \min_{j \le i} \max_{k \ge i} m(j, k)` from the block values
-    ``block[..., j, k]`` (only ``j <= k`` read)."""
+    ``block[..., j, k]`` (only ``j <= k`` read), with the block :math:`[j_i, k_i]` that
+    attains it (``v_i = block[j_i, k_i]``)."""
     n = block.shape[-1]
     idx = torch.arange(n, device=block.device)
     upper = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
     low = torch.where(upper, block, torch.full_like(block, -torch.inf))
     # a[j, i] = max_{k >= i} m(j, k): a reverse running maximum along k.
-    a = torch.cummax(low.flip(-1), -1).values.flip(-1)
+    running = torch.cummax(low.flip(-1), -1)
+    a = running.values.flip(-1)
+    k_of = (n - 1) - running.indices.flip(-1)
     a = torch.where(upper, a, torch.full_like(a, torch.inf))  # keep j <= i only
-    return a.amin(-2)
+    v, j = a.min(-2)
+    k = k_of.gather(-2, j.unsqueeze(-2)).squeeze(-2)
+    return v, j, k
+
+
+def _pick(m: Tensor, j: Tensor, k: Tensor) -> Tensor:
+    """``m[..., j_i, k_i]`` for every ``i``."""
+    rows = m.gather(-2, j.unsqueeze(-1).expand(*j.shape, m.shape[-1]))
+    return rows.gather(-1, k.unsqueeze(-1)).squeeze(-1)
+
+
+def _blocks(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The block statistics of :math:`s` and :math:`w` (range means for ``"l2"``, range
+    log-sum-exps for ``"kl"``) and each entry's block ``(j, k)`` in the decreasing isotonic
+    solution of Blondel et al.'s (2020) dual: ``"l2"``:
+    :math:`\arg\min_{v\downarrow} \frac12\lVert v - (s - w)\rVert^2`; ``"kl"``:
+    :math:`\arg\min_{v\downarrow} \langle e^{s - v}, 1\rangle + \langle e^w, v\rangle`,
+    whose block value is :math:`\log\sum_B e^{s} - \log\sum_B e^{w}`."""
+    if regularization == "l2":
+        ms, mw = _range_mean(s), _range_mean(w)
+    else:
+        ms, mw = _range_logsumexp(s), _range_logsumexp(w)
+    with torch.no_grad():
+        _, j, k = _min_max(ms - mw)
+    return ms, mw, j, k
 
 
 def _isotonic(s: Tensor, w: Tensor, regularization: str) -> Tensor:
-    r"""Decreasing isotonic solution :math:`v` of Blondel et al.'s (2020) dual, along the
-    last dimension: ``"l2"``: :math:`\arg\min_{v\downarrow} \frac12\lVert v - (s - w)\rVert^2`;
-    ``"kl"``: :math:`\arg\min_{v\downarrow} \langle e^{s - v}, 1\rangle + \langle e^w, v\rangle`,
-    whose block value is :math:`\log\sum_B e^{s} - \log\sum_B e^{w}`."""
-    if regularization == "l2":
-        block = _range_mean(s - w)
-    else:
-        block = _range_logsumexp(s) - _range_logsumexp(w)
-    return _min_max(block)
+    """The isotonic solution :math:`v` itself (see :func:`_blocks`)."""
+    ms, mw, j, k = _blocks(s, w, regularization)
+    return _pick(ms, j, k) - _pick(mw, j, k)
+
+
+def _primal(s: Tensor, w: Tensor, regularization: str) -> Tensor:
+    r""":math:`s - v` without cancellation: :math:`(s_i - \bar s_B) + \bar w_B` over each
+    entry's block :math:`B` (log-sum-exps for ``"kl"``), so that a block of one gives
+    :math:`w_i` bit for bit however large :math:`s` is."""
+    ms, mw, j, k = _blocks(s, w, regularization)
+    return (s - _pick(ms, j, k)) + _pick(mw, j, k)
 
 
 def isotonic_regression(y: Tensor, *, dim: int = -1, increasing: bool = True) -> Tensor:
@@ -176,22 +217,30 @@ def _rho(n: int, like: Tensor) -> Tensor:
     return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
 
 
+def _bounded(x: Tensor, n: int) -> Tensor:
+    """``x`` with NaN -> 0 and magnitudes capped at ``max / (8 n)``: differences and means of
+    such values stay finite, and a value that large already sits a gap beyond every
+    regularisation (only entries that all hit the cap lose their order)."""
+    big = torch.finfo(x.dtype).max / (8 * max(n, 1))
+    return torch.nan_to_num(x, nan=0.0).clamp(-big, big)
+
+
 def _soft_sort_desc(x: Tensor, strength: float, regularization: str) -> Tensor:
     """Descending soft sort along the last dimension (already in the compute dtype)."""
     n = x.shape[-1]
-    w = torch.sort(x, -1, descending=True).values
-    z = (_rho(n, x) / strength).expand_as(w)
-    return z - _isotonic(z, w, regularization)
+    w = torch.sort(_bounded(x, n), -1, descending=True).values
+    z = _bounded(_rho(n, x) / strength, n).expand_as(w)
+    return _primal(z, w, regularization)
 
 
 def _soft_rank_asc(x: Tensor, strength: float, regularization: str) -> Tensor:
     """Ascending soft rank (1 = smallest) along the last dimension."""
     n = x.shape[-1]
-    z = x / strength
+    z = _bounded(_bounded(x, n) / strength, n)
     s, perm = torch.sort(z, -1, descending=True)
     rho = _rho(n, x).expand_as(s)
     w = rho if regularization == "l2" else torch.log(rho)
-    primal = s - _isotonic(s, w, regularization)
+    primal = _primal(s, w, regularization)
     if regularization == "kl":
         primal = torch.exp(primal)
     return torch.empty_like(primal).scatter(-1, perm, primal)
@@ -349,11 +398,12 @@ def neural_sort_permutation(x: Tensor, *, tau: float = 1.0, descending: bool = T
     _check_input(x, -1)
     tau = _check_tau(tau)
     _check_bool(descending, "descending")
-    z = opmath(x)
-    n = z.shape[-1]
+    n = x.shape[-1]
+    z = _bounded(opmath(x), n * n)  # (n + 1 - 2i) x and the pairwise sums stay finite
     pairwise = (z.unsqueeze(-1) - z.unsqueeze(-2)).abs().sum(-1)  # A_x 1
     scale = n + 1 - 2 * torch.arange(1, n + 1, dtype=z.dtype, device=z.device)
     logits = (scale.unsqueeze(-1) * z.unsqueeze(-2) - pairwise.unsqueeze(-2)) / tau
+    logits = logits.clamp(-torch.finfo(z.dtype).max / 4, torch.finfo(z.dtype).max / 4)
     p = torch.softmax(logits, -1)
     if not descending:
         p = p.flip(-2)
@@ -383,9 +433,10 @@ def soft_sort_permutation(x: Tensor, *, tau: float = 1.0, descending: bool = Tru
     _check_input(x, -1)
     tau = _check_tau(tau)
     _check_bool(descending, "descending")
-    z = opmath(x)
+    z = _bounded(opmath(x), x.shape[-1])
     sorted_ = torch.sort(z, -1, descending=descending).values
     logits = -(sorted_.unsqueeze(-1) - z.unsqueeze(-2)).abs() / tau
+    logits = logits.clamp_min(-torch.finfo(z.dtype).max / 4)  # a tiny tau: no -inf
     return torch.softmax(logits, -1).to(x.dtype)
 
 
@@ -455,7 +506,7 @@ class _SortWithBackward(torch.autograd.Function):
 
         vjp = torch.func.vjp(relaxed, opmath(x))[1]
         (g,) = vjp(opmath(grad))
-        return g.to(grad.dtype), None, None, None, None, None
+        return (g + 0.0).to(grad.dtype), None, None, None, None, None  # (+ 0.0: no -0.0)
 
 
 def _check_hard(
