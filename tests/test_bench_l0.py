@@ -21,3 +21,4 @@ def test_tiny_run(tmp_path):
     assert rows[0]["gate_sparsity"]["mean"] == 0.0  # no penalty, 30 steps: nothing pruned
     assert rows[1]["gate_sparsity"]["mean"] > 0.0
     assert any("lambda" in note for note in result.notes)
+    assert result.figures == ["l0.png"] and (tmp_path / "l0.png").stat().st_size > 0

@@ -46,7 +46,7 @@ def test_dijkstra_is_optimal_for_any_sign():
 
 def test_tiny_run(tmp_path):
     assert "shortest-path" in TASKS.names()
-    config = ShortestPathConfig(steps=4, seeds=2, train=40, test=30, num_samples=2)
+    config = ShortestPathConfig(steps=4, seeds=2, train=40, test=30, num_samples=2, plot=False)
     (result,) = run_tasks(
         ["shortest-path"], BenchSettings(quick=True, out=tmp_path),
         configs={"shortest-path": config}, progress=PlainProgress(),

@@ -18,6 +18,7 @@ import itertools
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ class L0Config:
         gate_lr: learning rate of the gates' parameters.
         seeds: runs per :math:`\\lambda`.
         threads: intra-op threads while training.
+        plot: write ``l0.png`` (accuracy against weights removed; needs matplotlib).
     """
 
     lambdas: tuple[float, ...] = (0.0, 0.3, 1.0, 3.0, 10.0)
@@ -52,6 +54,7 @@ class L0Config:
     gate_lr: float = 2e-2
     seeds: int = 3
     threads: int | None = 1
+    plot: bool = True
 
 
 def default_config(quick: bool) -> L0Config:
@@ -223,6 +226,11 @@ def run(settings: BenchSettings, config: L0Config, progress: Progress) -> TaskRe
             f"{100 * first['accuracy']['mean']:.1f} % -> {100 * last['accuracy']['mean']:.1f} %; "
             f"sparsity {'grows' if monotone else 'does not grow'} monotonically with lambda."
         )
+    figures: list[str] = []
+    if settings.out is not None and config.plot:
+        name = _plot(rows, settings.out)
+        if name is not None:
+            figures.append(name)
     result = TaskResult(
         name="l0",
         summary=f"L0 pruning on {data.name}: {len(config.lambdas)} penalty weights",
@@ -231,4 +239,33 @@ def run(settings: BenchSettings, config: L0Config, progress: Progress) -> TaskRe
     )
     result.tables = [table]
     result.notes = notes
+    result.figures = figures
     return result
+
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - the bench extra is missing
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    xs = [100 * r["weight_sparsity"]["mean"] for r in rows]
+    ys = [100 * r["accuracy"]["mean"] for r in rows]
+    errs = [100 * r["accuracy"]["std"] for r in rows]
+    ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3)
+    for r, x, y in zip(rows, xs, ys, strict=True):
+        ax.annotate(
+            f"λ={r['lambda']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8
+        )
+    ax.set_xlabel("weights removed (%)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("L0 pruning with Hard Concrete gates", fontsize=9)
+    fig.tight_layout()
+    name = "l0.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name

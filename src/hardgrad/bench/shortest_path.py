@@ -39,6 +39,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -79,6 +80,7 @@ class ShortestPathConfig:
         blackbox_lam: :func:`hardgrad.blackbox`'s :math:`\\lambda`.
         seeds: independent runs per method.
         threads: intra-op threads while training.
+        plot: write ``shortest_path.png`` (regret per method; needs matplotlib).
     """
 
     methods: tuple[str, ...] = METHODS
@@ -99,6 +101,7 @@ class ShortestPathConfig:
     blackbox_lam: float = 20.0
     seeds: int = 3
     threads: int | None = 1
+    plot: bool = True
 
 
 def default_config(quick: bool) -> ShortestPathConfig:
@@ -359,6 +362,11 @@ def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress)
     finally:
         torch.set_num_threads(threads)
     progress.finish()
+    figures: list[str] = []
+    if settings.out is not None and config.plot:
+        name = _plot(rows, settings.out)
+        if name is not None:
+            figures.append(name)
     result = TaskResult(
         name="shortest-path",
         summary=f"shortest path on a {config.grid}x{config.grid} grid: "
@@ -368,4 +376,33 @@ def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress)
     )
     result.tables = _tables(rows, config)
     result.notes = _notes(rows, config)
+    result.figures = figures
     return result
+
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - the bench extra is missing
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [r["method"] for r in rows]
+    ax.bar(
+        names,
+        [100 * r["regret"]["mean"] for r in rows],
+        yerr=[100 * r["regret"]["std"] for r in rows],
+        capsize=3,
+        color="C0",
+    )
+    ax.set_ylabel("test regret (%)")
+    ax.set_title("Shortest path: regret per gradient", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8, rotation=30)
+    fig.tight_layout()
+    name = "shortest_path.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
