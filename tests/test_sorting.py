@@ -333,3 +333,29 @@ def test_any_finite_input_and_strength_gives_finite_results(dtype):
     torch.testing.assert_close(
         hg.soft_sort(huge, strength=1e-3), huge.mean(-1, keepdim=True).expand(1, 5)
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_quantile_forward_is_torch_quantile_and_backward_the_soft_sorts(dtype):
+    from hardgrad.sorting import quantile, soft_quantile
+
+    x = torch.randn(4, 7, 3, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0, 1 / 3):
+        for dim in (1, -1):
+            for keepdim in (False, True):
+                expected = torch.quantile(x, q, dim=dim, keepdim=keepdim)
+                assert torch.equal(quantile(x, q, dim, keepdim=keepdim), expected)
+                small = soft_quantile(x, q, dim=dim, keepdim=keepdim, strength=1e-3)
+                torch.testing.assert_close(small, expected, rtol=0, atol=1e-5)
+    a = x.clone().requires_grad_(True)
+    quantile(a, 0.3, 1, strength=0.7).sum().backward()
+    b = x.clone().requires_grad_(True)
+    values = hg.soft_sort(b, dim=1, strength=0.7).movedim(1, -1)
+    pos = 0.3 * 6
+    lo = int(pos)
+    ((1 - (pos - lo)) * values[..., lo] + (pos - lo) * values[..., lo + 1]).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+    with pytest.raises(ValueError, match="`q` in"):
+        quantile(x, 1.5)
+    half = quantile(x.half(), 0.5)
+    assert half.dtype == torch.float16
