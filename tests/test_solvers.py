@@ -331,7 +331,9 @@ def test_bad_input():
     with pytest.raises(TypeError, match="`generator`"):
         hg.perturbed(argmax_solver, generator=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="`k`"):
-        hg.imle(argmax_solver)
+        hg.imle(argmax_solver, noise="sum_of_gamma")
+    assert hg.imle(argmax_solver).noise == "gumbel"
+    assert hg.imle(argmax_solver, k=1).noise == "sum_of_gamma"
     with pytest.raises(ValueError, match=r"`noise`.*'sum_of_gamma'"):
         hg.imle(argmax_solver, noise="uniform")
     with pytest.raises(ValueError, match="`lam` > 0"):

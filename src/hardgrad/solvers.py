@@ -560,7 +560,7 @@ class IMLESolver(_SolverLayer):
         solver: Solver,
         *,
         lam: float,
-        noise: str,
+        noise: str | None,
         k: int | None,
         tau: float,
         num_samples: int,
@@ -570,6 +570,8 @@ class IMLESolver(_SolverLayer):
     ) -> None:
         self.solver = _check_solver(solver)
         self.lam = check_positive(lam, "lam")
+        if noise is None:  # Sum-of-Gamma for a subset size, Gumbel otherwise
+            noise = "gumbel" if k is None else "sum_of_gamma"
         self.noise = _check_choice(noise, "noise", IMLE_NOISES)
         if noise == "sum_of_gamma":
             if k is None:
@@ -621,7 +623,7 @@ def imle(
     solver: Solver,
     *,
     lam: float = 10.0,
-    noise: str = "sum_of_gamma",
+    noise: str | None = None,
     k: int | None = None,
     tau: float = 1.0,
     num_samples: int = 1,
@@ -653,14 +655,16 @@ def imle(
     with :math:`\lambda` (the reference implementation, torch-imle, leaves it out: its
     gradient is this one times :math:`\lambda`). Biased. Noise :math:`\epsilon`:
     ``"sum_of_gamma"`` (:func:`sum_of_gamma_noise` with subset size ``k`` and temperature
-    ``tau``; for k-subset solvers), ``tau`` times standard ``"gumbel"`` or ``"normal"``
+    ``tau``; for k-subset solvers; the default when ``k`` is given, Gumbel otherwise), ``tau``
+    times standard ``"gumbel"`` or ``"normal"``
     noise, or ``"none"`` (then it equals :func:`blackbox`). Two solver calls per step (one
     in forward, one in backward), each on the whole batch of samples.
 
     Args:
         solver: ``solver(theta) -> y``; see :mod:`hardgrad.solvers`.
         lam: :math:`\lambda` > 0, the step to the target distribution.
-        noise: one of ``"sum_of_gamma"``, ``"gumbel"``, ``"normal"``, ``"none"``.
+        noise: one of ``"sum_of_gamma"``, ``"gumbel"``, ``"normal"``, ``"none"``; the
+            default ``None`` means ``"sum_of_gamma"`` when ``k`` is given, else ``"gumbel"``.
         k: the subset size, required by ``"sum_of_gamma"``.
         tau: temperature (scale) of the noise, > 0.
         num_samples: :math:`M` >= 1.
