@@ -289,7 +289,8 @@ def soft_sort(
     equals ``torch.sort(x).values`` (once :math:`1/\varepsilon` exceeds the largest gap
     between consecutive sorted values, exactly up to rounding); as
     :math:`\varepsilon\to\infty` every entry tends to the mean (``"l2"``). The values sum to
-    ``x.sum(dim)`` (``"l2"``).
+    ``x.sum(dim)`` (``"l2"``). The same definitions and conventions as the authors' reference code
+    (``fast_soft_sort``'s ``soft_sort`` with ``regularization_strength`` = ``strength``).
 
     Args:
         x: floating tensor.
@@ -342,7 +343,8 @@ def soft_rank(
     (positive soft ranks). ``descending=True`` ranks :math:`-x` (1 for the largest). As
     :math:`\varepsilon \to 0` it equals the hard ranks (:func:`rank`); as
     :math:`\varepsilon \to\infty` every rank tends to :math:`(n+1)/2` (``"l2"``). Exact
-    gradient (autograd through the isotonic solution).
+    gradient (autograd through the isotonic solution). The same definitions and conventions as the
+    authors' reference code (``fast_soft_sort``'s ``soft_rank``).
 
     Args:
         x: floating tensor.
