@@ -137,6 +137,7 @@ STATEFUL = {
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
     "MoE": lambda: hg.nn.MoE(3, num_experts=4, k=2),
+    "HardConcreteGate": lambda: hg.nn.HardConcreteGate(3, beta=0.5),
 }
 
 

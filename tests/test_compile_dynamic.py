@@ -189,6 +189,7 @@ MODULES = {
     "FSQ": lambda: _FirstPlusLoss(hg.nn.FSQ([5, 5, 4, 3])),
     "LFQ": lambda: _FirstPlusLoss(hg.nn.LFQ(4)),
     "MoE": lambda: _FirstPlusLoss(torch.manual_seed(0) and hg.nn.MoE(4, num_experts=4, k=2)),
+    "HardConcreteGate": lambda: hg.nn.HardConcreteGate(4),
 }
 
 

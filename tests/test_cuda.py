@@ -723,6 +723,7 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "MoE": lambda g: hg.nn.MoE(6, num_experts=4, k=2),
     "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
     "MoE-default": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="default"),
+    "HardConcreteGate": lambda g: hg.nn.HardConcreteGate(6, generator=g),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
@@ -799,7 +800,7 @@ def test_nn_module(key: str, dtype: torch.dtype, cuda_device) -> None:
         assert module.current_estimator().tau == pytest.approx(SCHEDULE(1))  # type: ignore[operator]
     with noise_from(cuda_device) as draws:
         _, cpu = run_module(key, dtype, torch.device("cpu"), decoy_generator())
-    assert bool(draws) == key.startswith(("Bernoulli", "Categorical"))
+    assert bool(draws) == key.startswith(("Bernoulli", "Categorical", "HardConcreteGate"))
     precision = dtype
     if key.startswith("Quantize"):
         # y = round(x / s) s with s a float32 parameter initialised from a batch mean

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 import hardgrad as hg
 from _properties import (
+    DTYPES,
     INF,
     NAN,
     assert_raises_naming,
@@ -114,8 +115,41 @@ VQ_MODULES = {
 }
 
 
+#: Modules sized by the input's last dimension: covered by
+#: test_sized_module_outputs_and_gradients_are_finite below.
+SIZED_MODULES = {
+    "HardConcreteGate": lambda d, seed: hg.nn.HardConcreteGate(
+        d, generator=torch.Generator().manual_seed(seed)
+    ),
+}
+
+
 def test_every_module_is_covered():
-    assert set(MODULE_SETTINGS) | set(VQ_MODULES) == set(MODULES)
+    assert set(MODULE_SETTINGS) | set(VQ_MODULES) | set(SIZED_MODULES) == set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(SIZED_MODULES))
+@SETTINGS
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_sized_module_outputs_and_gradients_are_finite(name, data, seed):
+    """Drawn batch shapes (empty included), sizes, dtypes and values up to 1e6 (the gates'
+    parameter is float32: a gradient beyond its range would overflow); train and eval."""
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    d = data.draw(st.integers(1, 5), label="size")
+    batch = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2), label="batch"))
+    module = SIZED_MODULES[name](d, seed)
+    for training in (True, False):
+        module.train(training)
+        x = data.draw(tensor_of(dtype, (*batch, d), bound=1e6), label="x")
+        leaf = x.clone().requires_grad_()
+        y = module(leaf)
+        assert y.shape == x.shape and y.dtype == x.dtype
+        assert torch.isfinite(y).all(), y
+        grads = torch.autograd.grad(
+            y, [leaf, *module.parameters()], upstream(y, seed), allow_unused=True
+        )
+        for grad in grads:
+            assert grad is None or torch.isfinite(grad).all(), grads
 
 
 @pytest.mark.parametrize("name", sorted(VQ_MODULES))

@@ -26,6 +26,9 @@ from . import speed
 from . import vq
 from . import models
 from . import moe
+from . import shortest_path
+from . import l0
+from . import ranking
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -38,11 +41,14 @@ __all__ = [
     "Task",
     "TaskResult",
     "available_threads",
+    "l0",
     "models",
     "moe",
     "poly",
     "qat",
+    "ranking",
     "run_tasks",
+    "shortest_path",
     "speed",
     "task",
     "toy",

@@ -4,6 +4,8 @@ r"""Diagnostics: exact gradients, estimator quality on your objective.
 * :func:`gradient_samples`: independent draws of an estimator's gradient;
 * :func:`compare`: bias, spread, cosine, SNR, MSE and cost of several estimators against
   the exact gradient (a :class:`Comparison`);
+* :func:`compare_layers`: the same figures for layers of one tensor (solver layers, sorts
+  and ranks, subset samplers) against an exact or high-sample reference;
 * :func:`audit`: a context manager that reports where gradient flow dies in your training
   step, with your ``file:line``: *problems* (something that should be trained gets no
   gradient, with the cause and a fix that keeps your estimator) and *notes* (deliberate
@@ -16,7 +18,7 @@ them back.
 """
 
 from ._audit import AuditReport, Finding, audit
-from ._compare import Comparison, ComparisonRow, compare
+from ._compare import Comparison, ComparisonRow, compare, compare_layers
 from ._gradients import exact_gradient, gradient_samples
 from ._probe import ProbePoint, ProbeReport, probe
 
@@ -29,6 +31,7 @@ __all__ = [
     "ProbeReport",
     "audit",
     "compare",
+    "compare_layers",
     "exact_gradient",
     "gradient_samples",
     "probe",

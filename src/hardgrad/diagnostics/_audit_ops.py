@@ -66,15 +66,20 @@ INDICES: dict[str, str] = {
     "codebook) does the lookup with a straight-through (or rotation-trick) gradient to the "
     "encoder (or keep yours and write the copy as hg.straight_through(z_q)(z)); the codebook "
     "learns from a loss on z_q or hg.nn.VectorQuantize's EMA",
-    "argsort": "hg.topk_mask(x, k) for a differentiable selection of the k largest",
+    "argsort": "hg.rank(x) (exact ranks, soft-rank gradient) or hg.sort(x) (sorted values, "
+    "soft-sort gradient), hg.soft_rank / hg.soft_sort for the relaxations, "
+    "hg.topk_mask(x, k) for a differentiable selection of the k largest",
     "bucketize": "hg.quantize or hg.round on a rescaled input keep a straight-through gradient",
     "searchsorted": "hg.quantize or hg.round on a rescaled input keep a straight-through gradient",
 }
 TUPLE_INDICES: dict[str, str] = {
-    "sort": "the sorted values keep a gradient, the indices do not: use the values, or "
-    "hg.topk_mask(x, k) for a differentiable selection",
+    "sort": "the sorted values keep a gradient, the indices do not: use the values, "
+    "hg.rank(x) for ranks with a gradient (hg.sort(x) spreads the values' gradient like a "
+    "soft sort), or hg.topk_mask(x, k) for a differentiable selection",
     "topk": "the values keep a gradient, the indices do not: use the values, or "
-    "hg.topk_mask(x, k) for a differentiable selection",
+    "hg.topk_mask(x, k) for a differentiable selection, hg.subset(logits, k) for a random "
+    "k-subset; a top-k or other combinatorial solver inside a model: hg.imle(solver, k=k), "
+    "hg.perturbed(solver) or hg.blackbox(solver, lam=...)",
     "max": "the values keep a gradient, the indices do not: use the values, or "
     "hg.one_hot_argmax(logits) for a one-hot choice with a softmax gradient",
     "min": "the values keep a gradient, the indices do not: use the values",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -261,3 +261,70 @@ def _compare_routing(
         "shape": list(logits.shape),
     }
     return Comparison(rows, reference, settings)
+
+
+def compare_layers(
+    objective: Callable[[Tensor], Tensor],
+    theta: Tensor,
+    *,
+    layers: Mapping[str, Callable[[Tensor], Tensor]],
+    reference: Tensor | Callable[[Tensor], Tensor] | None = None,
+    num_draws: int = 100,
+) -> Comparison:
+    r"""Bias, spread, cosine, SNR, MSE and cost of the gradients that several layers give
+    ``objective`` at ``theta``: solver layers (:func:`hardgrad.perturbed`,
+    :func:`hardgrad.imle`, :func:`hardgrad.blackbox`, :func:`hardgrad.identity_solver`),
+    sorts and ranks with chosen backwards, subset samplers, or any function of ``theta``.
+
+    Each layer gives ``num_draws`` gradients of ``objective(layer(theta)).sum()`` (fresh
+    noise in every call, for the random ones), summarised as in :func:`compare` against the
+    reference: a tensor (an exact gradient you know), a callable (the gradient of
+    ``objective(reference(theta))`` is computed once: a smooth function whose gradient the
+    layers estimate, e.g. ``softmax(theta / sigma)`` for a perturbed argmax, a perturbed
+    layer with many samples, or a relaxation at low strength), or None (``std`` and ``snr``
+    only).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> theta, w = torch.tensor([[1.0, 0.5, -0.5]]), torch.tensor([[1.0, -1.0, 2.0]])
+        >>> layers = {"perturbed": hg.perturbed(hg.one_hot_argmax, sigma=0.5, num_samples=100),
+        ...           "blackbox": hg.blackbox(hg.one_hot_argmax, lam=1.0)}
+        >>> result = hg.diagnostics.compare_layers(lambda y: (y * w).sum(), theta,
+        ...     layers=layers, reference=lambda t: torch.softmax(t / 0.5, -1), num_draws=200)
+        >>> [(row.estimator, round(row.bias, 1)) for row in result.rows]  # perturbed: unbiased
+        [('perturbed', 0.0), ('blackbox', 0.4)]
+    """
+    if not isinstance(theta, Tensor) or not theta.is_floating_point():
+        raise TypeError(
+            f"Expected `theta` to be a floating-point tensor, but found {type(theta).__name__}"
+        )
+    if not isinstance(layers, Mapping) or not layers:
+        raise ValueError("Expected `layers` to be a non-empty mapping of names to callables")
+    for name, layer in layers.items():
+        if not callable(layer):
+            raise TypeError(f"Expected `layers[{name!r}]` to be callable, but found {layer!r}")
+    if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 2:
+        raise ValueError(f"Expected `num_draws` >= 2 (an int), but found num_draws={num_draws!r}")
+
+    def gradient(layer: Callable[[Tensor], Tensor]) -> Tensor:
+        leaf = theta.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(objective(layer(leaf)).sum(), leaf, allow_unused=True)
+        return torch.zeros_like(leaf) if grad is None else grad
+
+    if reference is None or isinstance(reference, Tensor):
+        exact = reference
+    elif callable(reference):
+        exact = gradient(reference)
+    else:
+        raise TypeError(
+            f"Expected `reference` to be a tensor, a callable or None, but found {type(reference).__name__}"
+        )
+    rows = []
+    for name, layer in layers.items():
+        start = time.perf_counter()
+        draws = torch.stack([gradient(layer) for _ in range(num_draws)])
+        rows.append(summarize(draws, exact, name, time.perf_counter() - start))
+    settings = {"num_draws": num_draws, "shape": list(theta.shape)}
+    return Comparison(rows, exact, settings)

@@ -14,6 +14,7 @@ Sequential(
 
 from ._anneal import Anneal, anneal
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
+from ._l0 import HardConcreteGate
 from ._moe import MoE
 from ._quantize import Quantize
 from ._stochastic import Bernoulli, Categorical
@@ -27,6 +28,7 @@ __all__ = [
     "Binarize",
     "Categorical",
     "Clamp",
+    "HardConcreteGate",
     "Heaviside",
     "MoE",
     "OneHotArgmax",

@@ -1,0 +1,123 @@
+r"""Hard Concrete gates for L0 regularisation (Louizos et al. 2018,
+https://arxiv.org/abs/1712.01312).
+
+A gate :math:`z \in [0, 1]` per weight group, exactly 0 or 1 with positive probability, whose
+sample is a differentiable function of its parameter :math:`\log\alpha` and uniform noise,
+so that the expected number of non-zero gates (the L0 norm) is a differentiable penalty.
+:class:`hardgrad.nn.HardConcreteGate` is the module.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._kernels import opmath
+from ._validation import check_floating, check_positive, check_real
+from .estimators._base import uniform
+
+__all__ = ["expected_l0", "hard_concrete", "hard_concrete_mean"]
+
+BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
+
+
+def _check_stretch(beta: Any, gamma: Any, zeta: Any) -> tuple[float, float, float]:
+    """``beta`` > 0 and ``gamma`` < 0 < 1 < ``zeta`` (the stretched interval must contain
+    [0, 1] strictly, or no gate is ever exactly 0 or 1)."""
+    beta = check_positive(beta, "beta")
+    gamma = check_real(gamma, "gamma")
+    zeta = check_real(zeta, "zeta")
+    if not -math.inf < gamma < 0:
+        raise ValueError(f"Expected `gamma` < 0 and finite, but found gamma={gamma!r}")
+    if not 1 < zeta < math.inf:
+        raise ValueError(f"Expected `zeta` > 1 and finite, but found zeta={zeta!r}")
+    return beta, gamma, zeta
+
+
+def _check_generator(generator: Any) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"Expected `generator` to be a torch.Generator or None, but found {type(generator).__name__}"
+        )
+
+
+def hard_concrete(
+    log_alpha: Tensor,
+    *,
+    beta: float = BETA,
+    gamma: float = GAMMA,
+    zeta: float = ZETA,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    r"""A Hard Concrete sample (Louizos et al. 2018, https://arxiv.org/abs/1712.01312).
+
+    .. math::
+
+        u \sim U(0, 1), \quad
+        s = \sigma\Big(\frac{\log u - \log(1 - u) + \log\alpha}{\beta}\Big), \quad
+        z = \min\big(1, \max(0, s(\zeta - \gamma) + \gamma)\big),
+
+    a binary Concrete variable stretched to :math:`(\gamma, \zeta)` and clipped to [0, 1]:
+    exactly 0 with probability :math:`\sigma(\beta\log(-\gamma/\zeta) - \log\alpha)` and
+    exactly 1 with probability :math:`\sigma(\log\alpha - \beta\log((1-\gamma)/(\zeta-1)))`.
+    Backward: the reparameterisation (pathwise) gradient of this map in :math:`\log\alpha`,
+    zero where the sample is clipped. Defaults :math:`\beta = 2/3`, :math:`\gamma = -0.1`,
+    :math:`\zeta = 1.1` are the paper's. The noise comes from ``generator`` (float32 for
+    half types); the sample has ``log_alpha``'s dtype.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> g = torch.Generator().manual_seed(0)
+        >>> log_alpha = torch.tensor([-4.0, 0.0, 0.0, 4.0], requires_grad=True)
+        >>> z = hg.hard_concrete(log_alpha, generator=g); z
+        tensor([0.0000, 0.9294, 0.0000, 1.0000], grad_fn=<ClampBackward1>)
+        >>> z.sum().backward(); log_alpha.grad  # zero where clipped
+        tensor([0.0000, 0.2195, 0.0000, 0.0000])
+    """
+    check_floating(log_alpha, "log_alpha")
+    beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
+    _check_generator(generator)
+    u = uniform(log_alpha, generator)
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + opmath(log_alpha)) / beta)
+    return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(log_alpha.dtype)
+
+
+def hard_concrete_mean(log_alpha: Tensor, *, gamma: float = GAMMA, zeta: float = ZETA) -> Tensor:
+    r"""The deterministic test-time gate :math:`\hat z = \min(1, \max(0,
+    \sigma(\log\alpha)(\zeta - \gamma) + \gamma))` (Louizos et al. 2018, eq. 13).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.gates.hard_concrete_mean(torch.tensor([-4.0, 0.0, 4.0]))
+        tensor([0.0000, 0.5000, 1.0000])
+    """
+    check_floating(log_alpha, "log_alpha")
+    _, gamma, zeta = _check_stretch(BETA, gamma, zeta)
+    s = torch.sigmoid(opmath(log_alpha))
+    return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(log_alpha.dtype)
+
+
+def expected_l0(
+    log_alpha: Tensor, *, beta: float = BETA, gamma: float = GAMMA, zeta: float = ZETA
+) -> Tensor:
+    r"""The probability that each gate is non-zero, whose sum is the expected L0 norm.
+
+    .. math::
+
+        P(z \ne 0) = \sigma\big(\log\alpha - \beta \log(-\gamma / \zeta)\big)
+
+    (Louizos et al. 2018, eq. 12), elementwise; differentiable in :math:`\log\alpha`. Add
+    ``lam * expected_l0(log_alpha).sum()`` to the loss.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.gates.expected_l0(torch.tensor([-4.0, 0.0, 4.0]))
+        tensor([0.0831, 0.8318, 0.9963])
+    """
+    check_floating(log_alpha, "log_alpha")
+    beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
+    shift = beta * math.log(-gamma / zeta)
+    return torch.sigmoid(opmath(log_alpha) - shift).to(log_alpha.dtype)
