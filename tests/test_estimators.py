@@ -894,3 +894,24 @@ def test_bytes_saved_for_backward_per_element(name, limit):
         hg.categorical(logits, estimator=name, generator=torch.Generator().manual_seed(0))
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
     assert sum(storages.values()) / logits.numel() <= limit
+
+
+def test_binary_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch):
+    """The Bernoulli Gumbel-Rao backward sums its k conditional draws in chunks of
+    GUMBEL_RAO_CHUNK elements (to keep its temporaries small); any chunk size gives the
+    one-pass gradient up to the order of the float64 sums."""
+    from hardgrad.estimators import _pathwise
+
+    logits = torch.randn(6, 7, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    upstream = torch.randn(6, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    est = GumbelRao(tau=0.7, k=9)
+    grads = []
+    for chunk in (10**9, 42, 1):  # one pass; one row (42 elements) per chunk; the same
+        monkeypatch.setattr(_pathwise, "GUMBEL_RAO_CHUNK", chunk)
+        leaf = logits.clone().requires_grad_()
+        y = hg.bernoulli(leaf, estimator=est, generator=torch.Generator().manual_seed(5))
+        (grad,) = torch.autograd.grad(y, leaf, upstream)
+        grads.append(grad)
+    assert grads[0].abs().sum() > 0
+    for grad in grads[1:]:
+        torch.testing.assert_close(grad, grads[0], rtol=1e-14, atol=1e-15)
