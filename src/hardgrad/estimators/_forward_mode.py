@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..ops._autograd import cached_signature, forward_mode
 from ._pathwise import (
+    _BinaryGappedSample,
     _BinaryGumbelRaoSample,
     _BinarySample,
     _GappedSample,
@@ -89,6 +90,19 @@ class _GumbelStraightThroughSampleJVP(_GumbelStraightThroughSample):
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor, None]:
         return _GumbelStraightThroughSample.backward(ctx, tangent, None)[0], None
+
+
+@forward_mode(_BinaryGappedSample)
+@cached_signature
+class _BinaryGappedSampleJVP(_BinaryGappedSample):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _BinaryGappedSample.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(output[1])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor | None, None]:
+        return _BinaryGappedSample.backward(ctx, tangent, None)[0], None
 
 
 @forward_mode(_GappedSample)

@@ -196,6 +196,45 @@ class _GappedSample(torch.autograd.Function):
         return softmax_vjp(gapped, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None, None
 
 
+@cached_signature
+class _BinaryGappedSample(torch.autograd.Function):
+    r"""GST's direct Bernoulli form: the two-class unit :math:`[0, \ell]` in closed form.
+
+    With :math:`t = \max(0, \ell)` (the larger of the two logits), the gapped logits are
+    :math:`(z_0, z_1) = (\min(0, t - \kappa), t)` when :math:`b = 1` and
+    :math:`(t, \min(\ell, t - \kappa))` when :math:`b = 0`; the backward of class 1 with
+    respect to :math:`\ell` is :math:`\bar y\, \sigma'(d/\tau)/\tau` with
+    :math:`d = z_1 - z_0`, what the two-class softmax Jacobian gives. Same sample and, up to
+    rounding, the same gradient as :class:`_GappedSample` on ``[0, logits]``.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, tau: float, gap: float) -> tuple[Tensor, Tensor]:
+        sample, _ = _binary_sample(logits, gumbel)
+        ell = finite(logits.to(gumbel.dtype))
+        top = torch.clamp_min(ell, 0.0)
+        below = top - gap
+        on = sample.to(torch.bool)
+        z1 = torch.where(on, top, torch.minimum(ell, below))
+        z0 = torch.where(on, torch.clamp_max(below, 0.0), top)
+        return sample, z1 - z0
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        ctx.tau = inputs[2]
+        difference = output[1]
+        ctx.mark_non_differentiable(difference)
+        ctx.save_for_backward(difference)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
+        (difference,) = ctx.saved_tensors
+        slope = _sigmoid_slope(finite(opmath(difference) / ctx.tau)) / ctx.tau
+        return (opmath(grad) * slope).to(grad.dtype), None, None, None
+
+
 def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
     r"""Perturbed logits :math:`z = \ell + g` drawn from the Gumbels *given* ``argmax z = D``.
 
@@ -639,3 +678,6 @@ class GST(_Tempered):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         sample, _ = apply_function(_GappedSample, logits, noise, dim, self.tau, self.gap)
         return sample
+
+    def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
+        return apply_function(_BinaryGappedSample, logits, noise, self.tau, self.gap)[0]
