@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._kernels import opmath, opmath_dtype, random_tensor
+from .._kernels import eager_plain, opmath, opmath_dtype, random_tensor
 from .._registry import Registry
 from ._probs import sample_from_probs
 
@@ -128,6 +128,8 @@ def uniform(
     size = like.shape if shape is None else shape
     u = random_tensor(torch.rand, size, generator, dtype=dtype, device=like.device)
     info = torch.finfo(dtype)
+    if eager_plain(u):
+        return u.clamp_(info.tiny, 1 - info.eps)  # one pass
     return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
 
 
