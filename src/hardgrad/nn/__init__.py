@@ -15,12 +15,14 @@ Sequential(
 from ._anneal import Anneal, anneal
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
 from ._quantize import Quantize
+from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical
 from ._vq import FSQ, LFQ, VectorQuantize
 
 __all__ = [
     "FSQ",
     "LFQ",
+    "LIF",
     "Anneal",
     "Bernoulli",
     "Binarize",
