@@ -13,7 +13,14 @@ Sequential(
 """
 
 from ._anneal import Anneal, anneal
+from ._binary import (
+    BinaryConv2d,
+    BinaryLinear,
+    clip_latent_weights_,
+    clip_latent_weights_after_step,
+)
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
+from ._qat import QuantConv2d, QuantLinear, quantize_
 from ._quantize import Quantize
 from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical
@@ -26,13 +33,20 @@ __all__ = [
     "Anneal",
     "Bernoulli",
     "Binarize",
+    "BinaryConv2d",
+    "BinaryLinear",
     "Categorical",
     "Clamp",
     "Heaviside",
     "OneHotArgmax",
+    "QuantConv2d",
+    "QuantLinear",
     "Quantize",
     "Round",
     "Sign",
     "VectorQuantize",
     "anneal",
+    "clip_latent_weights_",
+    "clip_latent_weights_after_step",
+    "quantize_",
 ]
