@@ -136,6 +136,11 @@ STATEFUL = {
     "rebar": lambda: hg.estimators.REBAR(),
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
+    "LIF": lambda: hg.nn.LIF(torch.full((3,), 0.9), learn_beta=True, reset="zero"),
+    "BinaryLinear": lambda: hg.nn.BinaryLinear(3, 2, scale=True),
+    "BinaryConv2d": lambda: hg.nn.BinaryConv2d(1, 2, 3, weights="ternary"),
+    "QuantLinear": lambda: hg.nn.QuantLinear(3, 2, weight_bits=4, act_bits=6),
+    "QuantConv2d": lambda: hg.nn.QuantConv2d(1, 2, 3, weight_bits=3),
 }
 
 
