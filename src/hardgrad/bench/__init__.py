@@ -24,6 +24,7 @@ from . import vae_bernoulli
 from . import qat
 from . import speed
 from . import vq
+from . import snn
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -39,6 +40,7 @@ __all__ = [
     "poly",
     "qat",
     "run_tasks",
+    "snn",
     "speed",
     "task",
     "toy",
