@@ -43,8 +43,8 @@ easy data set). Under ``torchrun`` the model is wrapped in DistributedDataParall
 trains on its shard of the training set with its own shuffling seed, and the quantizers'
 scales are set (and averaged across ranks) on a calibration batch before wrapping.
 
-Wall time on two idle cores: 79 s for the full run (3 seeds, 30 epochs; the run in
-``docs/results/full/``), 14 s with ``--quick``.
+Wall time on two shared cores: 49 s for the full run (3 seeds, 30 epochs, ternary row
+included; ``docs/results/full/`` holds an earlier run without it), 7 s with ``--quick``.
 """
 
 from __future__ import annotations

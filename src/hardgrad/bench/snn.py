@@ -22,8 +22,9 @@ layer (spikes per neuron per step, test set), and the milliseconds per training 
 mean test accuracy reaches ``trains_at`` (default 50 %, five times chance); the notes name
 the ones that do and do not.
 
-Wall time on two idle cores: about 3 minutes for the full run (3 seeds, 10 epochs), 30 s
-with ``--quick`` (1 seed, 3 epochs).
+Wall time on two shared cores: 54 s for the full run (3 seeds, 10 epochs, 10 surrogates),
+6 s with ``--quick`` (1 seed, 3 epochs). Under ``torchrun`` every rank trains on the whole
+training set (no sharding) and rank 0 reports.
 """
 
 from __future__ import annotations
