@@ -190,8 +190,8 @@ class BinaryConv2d(_BinaryLayer, nn.Conv2d):
     :math:`o` (:math:`n = C_{in} k_h k_w / \text{groups}`).
 
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode: as for ``nn.Conv2d``.
+        in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
+        stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
         weights: ``"binary"`` (default) or ``"ternary"``.
         scale: XNOR-Net's per-output-channel :math:`\alpha` (binary weights only).
         activations: binarize the input too.

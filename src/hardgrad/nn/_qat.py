@@ -249,8 +249,8 @@ class QuantConv2d(_QuantLayer, nn.Conv2d):
         + _DOC_MATH
         + r"""
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            padding_mode: as for ``nn.Conv2d``.
+        in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
+        stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
         weight_bits: weight bit width (2 to 16), or ``None``.
         act_bits: input bit width (2 to 16, or 1 to 16 unsigned), or ``None``.
         act_signed: signed input range (default) or unsigned (inputs after a ReLU).

@@ -1,0 +1,84 @@
+"""QAT layers under ``torch.distributed``: two gloo ranks calibrate on different batches.
+
+The activation quantizers initialise their scale from the first batch, averaged across
+ranks (:class:`hardgrad.nn.Quantize`), so both replicas start from the same scales: the
+first layer's equals the mean of the ranks' own LSQ initialisations. Then one
+DistributedDataParallel step keeps every parameter identical across ranks. About 5 s
+(two spawned processes); every collective times out after 60 s.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import hardgrad as hg
+
+pytestmark = pytest.mark.distributed
+
+WORLD = 2
+
+
+def _batch(rank: int) -> torch.Tensor:
+    return torch.randn(6, 4, generator=torch.Generator().manual_seed(10 + rank)) * (rank + 1)
+
+
+def _worker(rank: int, world: int, store: str, outdir: str) -> None:
+    warnings.simplefilter("error")
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    try:
+        torch.manual_seed(0)  # the same initial weights on every rank
+        model = nn.Sequential(
+            nn.Linear(4, 8), nn.ReLU(), nn.Unflatten(1, (8, 1, 1)), nn.Conv2d(8, 2, 1), nn.Flatten()
+        )
+        hg.nn.quantize_(model, weight_bits=4, act_bits=4)
+        x = _batch(rank)
+        with torch.no_grad():
+            model(x)  # calibration: the activation scales, averaged across ranks
+        scales = {n: p.detach().clone() for n, p in model.named_parameters() if "scale" in n}
+        wrapped = nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+        wrapped(x).square().mean().backward()
+        optimizer.step()
+        after = {n: p.detach().clone() for n, p in model.named_parameters()}
+        torch.save({"scales": scales, "after": after}, Path(outdir) / f"rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_agree_on_scales_initialised_from_different_batches(tmp_path):
+    torch.multiprocessing.start_processes(
+        _worker,
+        args=(WORLD, str(tmp_path / "store"), str(tmp_path)),
+        nprocs=WORLD,
+        start_method="spawn",
+    )
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+    first, second = ranks
+    assert set(first["scales"]) == {
+        "0.weight_quantizer.scale",
+        "0.act_quantizer.scale",
+        "3.weight_quantizer.scale",
+        "3.act_quantizer.scale",
+    }
+    for name, value in first["scales"].items():
+        assert torch.equal(value, second["scales"][name]), name
+    own = [2 * _batch(r).abs().mean() / math.sqrt(7) for r in range(WORLD)]
+    expected = torch.stack(own).mean()
+    torch.testing.assert_close(first["scales"]["0.act_quantizer.scale"], expected)
+    assert not torch.allclose(own[0], own[1])  # the batches did differ
+    for name, value in first["after"].items():
+        assert torch.equal(value, second["after"][name]), name
