@@ -310,5 +310,10 @@ def test_bad_shapes_name_the_argument():
     per_neuron = hg.nn.LIF(torch.full((3,), 0.5))
     with pytest.raises(ValueError, match="`beta`"):
         per_neuron(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="`mem`"):
+        lif(torch.zeros(2, 3), torch.zeros(2, 1, 3))
+    # A state that broadcasts (snnTorch-style zeros(1)) or None (init_leaky) is accepted.
+    x = torch.full((2, 3), 1.5)
+    assert torch.equal(lif(x, torch.zeros(1))[1], lif(x, lif.init_leaky())[1])
     empty, mem = lif.sequence(torch.zeros(0, 2, 3))
     assert empty.shape == (0, 2, 3) and mem.shape == (2, 3)

@@ -90,7 +90,8 @@ class LIF(SettingsInState, nn.Module):
 
     **Parameters and state.** ``beta`` and ``threshold`` are numbers (one for all neurons)
     or tensors that broadcast to the input (one per neuron, e.g. shape ``(features,)``).
-    With ``learn_beta``/``learn_threshold`` they are parameters; otherwise numbers stay
+    With ``learn_beta``/``learn_threshold`` they are parameters (a learned threshold is
+    used as it is, unlike ``beta`` not clamped: keep it positive); otherwise numbers stay
     Python numbers (exact in every dtype, kept in the checkpoint's settings) and tensors
     are buffers. The membrane is passed explicitly (``spk, mem = lif(x, mem)``; ``mem=None``
     starts from zeros) or, with ``init_hidden=True``, kept in the module as ``lif.mem``
@@ -251,10 +252,16 @@ class LIF(SettingsInState, nn.Module):
             return torch.zeros(step_shape, dtype=x.dtype, device=x.device)
         check_floating(mem, "mem")
         if mem.shape != step_shape:
-            raise ValueError(
-                f"Expected `mem` of shape {tuple(step_shape)} (the input's shape per step), but "
-                f"found shape {tuple(mem.shape)}"
-            )
+            try:
+                fits = torch.broadcast_shapes(mem.shape, step_shape) == step_shape
+            except RuntimeError:
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"Expected `mem` of shape {tuple(step_shape)} (the input's shape per step) "
+                    f"or one that broadcasts to it, but found shape {tuple(mem.shape)}"
+                )
+            mem = mem.expand(step_shape)
         return mem.to(x.dtype)
 
     def forward(self, x: Tensor, mem: Tensor | None = None) -> Any:
@@ -262,7 +269,8 @@ class LIF(SettingsInState, nn.Module):
 
         Args:
             x: the input current of this step, any shape (e.g. ``(batch, features)``).
-            mem: the previous membrane, of ``x``'s shape, or ``None`` for zeros.
+            mem: the previous membrane, of ``x``'s shape (or one that broadcasts to it,
+                e.g. a scalar 0), or ``None`` for zeros.
         """
         check_floating(x, "x")
         self._check_setting_shapes(x)
@@ -318,6 +326,12 @@ class LIF(SettingsInState, nn.Module):
         return spike_seq, current
 
     # ------------------------------------------------------------------ kept state
+
+    def init_leaky(self) -> None:
+        """snnTorch's name for a neuron at rest: returns ``None``, which ``lif(x, mem)``
+        reads as a zero membrane of the input's shape (``mem = lif.init_leaky()`` in
+        ported code keeps working)."""
+        return None
 
     def reset_hidden(self) -> None:
         """Forget the kept membrane (``init_hidden=True``): the next call starts from rest."""
