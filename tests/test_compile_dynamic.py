@@ -248,8 +248,9 @@ def test_every_module_has_a_factory() -> None:
 #: Modules whose forward applies one surrogate instance twice (two LIF steps; binarized
 #: inputs and weights): with dynamic=True and fullgraph, torch 2.13's Dynamo fails on the
 #: second hardgrad Function ("lift_tracked_freevar_to_input should not be called on root
-#: SubgraphTracer"; distinct surrogate instances, or dynamic=None, work). Strict xfail, so
-#: that a fix shows.
+#: SubgraphTracer": it lifts the surrogate's float constant as a symbolic input). Distinct
+#: surrogate instances, dynamic=None, or torch._dynamo.config.specialize_float = True work.
+#: Strict xfail, so that a fix shows.
 SHARED_SURROGATE_DYNAMIC = {"LIF", "BinaryLinear"}
 
 

@@ -289,7 +289,9 @@ class LIF(SettingsInState, nn.Module):
         Returns ``(spikes, mem)``: the spikes of every step, shape ``(T, *shape)``, and the
         final membrane :math:`m_T`, shape ``shape``; with ``return_membranes=True``
         ``(spikes, membranes, mem)`` with every :math:`m_t` too. Equal to ``T`` calls of
-        the step API (a Python loop over time: ``torch.compile(fullgraph=True)`` unrolls it).
+        the step API (a Python loop over time: ``torch.compile(fullgraph=True)`` unrolls it;
+        with ``dynamic=True``, torch 2.13 needs ``torch._dynamo.config.specialize_float =
+        True``, see the spiking guide).
         With ``init_hidden=True`` the kept membrane is the initial state and is updated.
 
         Example:
