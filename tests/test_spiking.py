@@ -274,6 +274,19 @@ def test_compiled_sequence_loop_fullgraph_equals_eager():
     torch._dynamo.reset()
 
 
+def test_dynamic_shapes_compile_with_the_documented_setting():
+    """dynamic=True from the start needs specialize_float (torch 2.13; the spiking guide)."""
+    lif = hg.nn.LIF(0.9, 0.5)
+    run = lambda x: lif.sequence(x)[0].sum(0)  # noqa: E731
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(specialize_float=True):
+        compiled = torch.compile(run, dynamic=True, fullgraph=True, backend="aot_eager")
+        for batch in (4, 3):
+            x = torch.rand(5, batch, 2, generator=torch.Generator().manual_seed(batch))
+            assert torch.equal(compiled(x), run(x))
+    torch._dynamo.reset()
+
+
 # --------------------------------------------------------------------------- bad input
 
 
