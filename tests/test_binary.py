@@ -255,3 +255,17 @@ def test_stochastic_round_compiles_and_has_forward_mode():
         lambda v: hg.stochastic_round(v, generator=_gen(6)), (x,), (torch.ones_like(x),)
     )
     assert torch.equal(tangent, torch.ones_like(x))
+
+
+def test_ternarize_under_vmap_grad_and_compile():
+    w = torch.randn(3, 4, 5, generator=_gen(10))
+    batched = torch.vmap(hg.ternarize)(w)
+    assert torch.equal(batched, torch.stack([hg.ternarize(t) for t in w]))
+    grad = torch.func.grad(lambda t: (hg.ternarize(t) * 2).sum())(w[0])
+    assert torch.equal(grad, torch.full_like(w[0], 2.0))
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda t: hg.ternarize(t, per_channel_dim=0), fullgraph=True, backend="aot_eager"
+    )
+    assert torch.equal(compiled(w[0]), hg.ternarize(w[0], per_channel_dim=0))
+    torch._dynamo.reset()
