@@ -74,11 +74,17 @@ def test_tiny_run_rows_are_complete_and_consistent(tiny_run):
         assert 0.0 <= r["spike_rate"] <= 1.0
         assert r["ms_per_step"] > 0 and all(math.isfinite(v) for v in r["final_loss"])
         assert r["trains"] == (r["test_accuracy"]["mean"] >= TINY.trains_at)
+        assert r["verdict"] in ("yes", "partly", "no")
+        assert (r["verdict"] == "no") == (not r["trains"])
+    best = max(r["test_accuracy"]["mean"] for r in rows)
+    for r in rows:
+        if r["test_accuracy"]["mean"] == best and r["trains"]:
+            assert r["verdict"] == "yes"
     (table,) = result.tables
     assert [row[0] for row in table.rows] == ["fast_sigmoid", "swish"]
     assert table.rows[0][1] == "1" and table.rows[1][1] == "5"  # sigma'(0)
     (verdict,) = [n for n in result.notes if n.startswith("Train (mean test accuracy")]
-    assert "Do not train:" in verdict
+    assert "Partly" in verdict and "Do not train:" in verdict
     assert "| fast_sigmoid " in (out / "report.md").read_text()
 
 
