@@ -220,6 +220,19 @@ def test_compiles_fullgraph_once_initialised():
     torch._dynamo.reset()
 
 
+def test_torch_func_grad_equals_backward():
+    layer = hg.nn.QuantLinear(4, 2, weight_bits=3, act_bits=3)
+    x = torch.randn(6, 4, generator=_gen(10))
+    layer(x)
+    params = dict(layer.named_parameters())
+    grads = torch.func.grad(lambda p: torch.func.functional_call(layer, p, (x,)).square().sum())(
+        params
+    )
+    layer(x).square().sum().backward()
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad)
+
+
 def test_state_dict_round_trip():
     layer = hg.nn.QuantConv2d(2, 3, 3, weight_bits=4, act_bits=6)
     x = torch.randn(2, 2, 6, 6, generator=_gen(9))

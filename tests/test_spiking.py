@@ -287,6 +287,17 @@ def test_dynamic_shapes_compile_with_the_documented_setting():
     torch._dynamo.reset()
 
 
+def test_torch_func_grad_and_vmap_agree_with_eager():
+    lif = hg.nn.LIF(0.9, 0.5)
+    x = _inputs(11).float()
+    loss = lambda w: lif.sequence(x * w)[0].sum()  # noqa: E731
+    w = torch.tensor(1.0, requires_grad=True)
+    loss(w).backward()
+    torch.testing.assert_close(torch.func.grad(loss)(torch.tensor(1.0)), w.grad)
+    batched = torch.vmap(lambda xs: lif.sequence(xs)[0], in_dims=1, out_dims=1)(x)
+    assert torch.equal(batched, lif.sequence(x)[0])
+
+
 # --------------------------------------------------------------------------- bad input
 
 
