@@ -248,6 +248,8 @@ class LIF(SettingsInState, nn.Module):
             mem = self.mem
             if mem is not None and mem.shape != step_shape:
                 mem = None  # a new batch shape starts from rest, as in snnTorch
+            elif mem is not None:
+                mem = mem.to(device=x.device)  # the module may have moved since
         if mem is None:
             return torch.zeros(step_shape, dtype=x.dtype, device=x.device)
         check_floating(mem, "mem")
