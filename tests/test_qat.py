@@ -198,6 +198,16 @@ def test_freeze_to_integers_gives_identical_outputs():
         _trained_model().load_state_dict(state)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_freeze_is_exact_in_every_dtype(dtype):
+    torch.manual_seed(0)
+    conv = hg.nn.QuantConv2d(4, 5, 1, weight_bits=4, act_bits=6).to(dtype)
+    x = torch.randn(3, 4, 2, 2, generator=_gen(11)).to(dtype)
+    before, weight = conv(x).detach(), conv.quantized_weight().detach()
+    conv.freeze()
+    assert torch.equal(conv(x), before) and torch.equal(conv.quantized_weight(), weight)
+
+
 def test_a_trained_quantized_model_runs_under_torch_export():
     model = _trained_model().eval()
     x = torch.randn(4, 1, 8, 8, generator=_gen(7))

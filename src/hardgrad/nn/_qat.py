@@ -41,6 +41,7 @@ class _QuantLayer(SettingsInState, nn.Module):
     act_bits: int | None
     act_signed: bool
     frozen: bool
+    _frozen_dtype: torch.dtype
 
     def _setup(self, weight_bits: Any, act_bits: Any, act_signed: Any, learn_scale: Any) -> None:
         _check_flag(act_signed, "act_signed")
@@ -69,8 +70,8 @@ class _QuantLayer(SettingsInState, nn.Module):
             q: Tensor = getattr(self, "weight_int")  # noqa: B009 (a buffer)
             s: Tensor = getattr(self, "weight_scale")  # noqa: B009
             shape = (-1,) + (1,) * (q.dim() - 1)
-            dtype = s.dtype if dtype is None else dtype
-            return q.to(dtype) * s.to(dtype).view(shape)
+            weight = q.to(s.dtype) * s.view(shape)  # as the fake quantization computes it
+            return weight.to(self._frozen_dtype if dtype is None else dtype)
         weight = self.weight
         assert weight is not None
         if self.weight_quantizer is None:
@@ -122,6 +123,7 @@ class _QuantLayer(SettingsInState, nn.Module):
         if self.frozen:
             return self
         q, scale = self.integer_weight()
+        self._frozen_dtype = self.weight.dtype
         self.register_buffer("weight_int", q)
         self.register_buffer("weight_scale", scale)
         self.register_parameter("weight", None)
