@@ -4,13 +4,15 @@ The activation quantizers initialise their scale from the first batch, averaged 
 ranks (:class:`hardgrad.nn.Quantize`), so both replicas start from the same scales: the
 first layer's equals the mean of the ranks' own LSQ initialisations. Then one
 DistributedDataParallel step keeps every parameter identical across ranks. About 5 s
-(two spawned processes); every collective times out after 60 s.
+(two spawned processes); every collective times out after 60 s, and the run as a whole
+after ``DEADLINE_S`` (the ranks are killed and the test fails).
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -23,6 +25,8 @@ import hardgrad as hg
 pytestmark = pytest.mark.distributed
 
 WORLD = 2
+#: A hard bound on the whole spawned run (it takes about 5 s; a stuck rank fails the test).
+DEADLINE_S = 120
 
 
 def _batch(rank: int) -> torch.Tensor:
@@ -60,12 +64,19 @@ def _worker(rank: int, world: int, store: str, outdir: str) -> None:
 
 
 def test_ranks_agree_on_scales_initialised_from_different_batches(tmp_path):
-    torch.multiprocessing.start_processes(
+    context = torch.multiprocessing.start_processes(
         _worker,
         args=(WORLD, str(tmp_path / "store"), str(tmp_path)),
         nprocs=WORLD,
         start_method="spawn",
+        join=False,
     )
+    deadline = time.monotonic() + DEADLINE_S
+    while not context.join(timeout=2):  # raises if a rank failed
+        if time.monotonic() > deadline:  # a hang must fail, not stall CI
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {DEADLINE_S} s")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     first, second = ranks
     assert set(first["scales"]) == {
