@@ -21,7 +21,7 @@ from hardgrad.bench.report import PlainProgress
 TINY = QatConfig(
     hidden=(32, 32), bits=(4, 2), epochs=6, seeds=2, batch_size=64, lr=3e-3, binary_lr=3e-3
 )
-LABELS = ["float", "STE 4-bit", "LSQ 4-bit", "STE 2-bit", "LSQ 2-bit", "binary"]
+LABELS = ["float", "STE 4-bit", "LSQ 4-bit", "STE 2-bit", "LSQ 2-bit", "binary", "ternary"]
 
 
 def _finite_fraction(value: Any) -> bool:
@@ -52,8 +52,9 @@ def test_quantized_forward_is_quantized(kind: str, bits: int, digits: Dataset) -
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
     linears = [m for m in model if isinstance(m, QuantLinear)]
-    quantizers = [m for m in model if isinstance(m, hg.nn.Quantize)]
-    assert len(linears) == 3 and len(quantizers) == 2
+    assert linears[0].act_quantizer is None  # the input pixels stay float
+    quantizers = [m.act_quantizer for m in linears[1:]]
+    assert len(linears) == 3 and all(isinstance(q, hg.nn.Quantize) for q in quantizers)
     assert all(q.learn_scale == (kind == "lsq") and q.bits == bits for q in quantizers)
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -71,6 +72,8 @@ def test_quantized_forward_is_quantized(kind: str, bits: int, digits: Dataset) -
             assert len(torch.unique(row)) <= 2**bits
         assert not torch.equal(weight, layer.weight.detach())
         inputs, out = seen[id(layer)]
+        if layer.act_quantizer is not None:
+            inputs = layer.act_quantizer(inputs)
         torch.testing.assert_close(out, F.linear(inputs, weight, layer.bias))
     for quantizer in quantizers:
         _, out = seen[id(quantizer)]
@@ -95,6 +98,16 @@ def test_binary_network_is_binary_inside_with_float_ends(digits: Dataset) -> Non
     (binary,) = [m for m in model if isinstance(m, BinaryLinear)]
     assert set(binary.quantized_weight().unique().tolist()) == {-1.0, 1.0}
     assert type(model[0]) is torch.nn.Linear and type(model[-1]) is torch.nn.Linear
+
+
+def test_ternary_network_has_ternary_weights_per_channel(digits: Dataset) -> None:
+    model = build_model(Variant("ternary"), 64, (16, 16), 10)
+    model(digits.x_train[:64])
+    (ternary,) = [m for m in model if isinstance(m, BinaryLinear)]
+    assert ternary.weights == "ternary"
+    for row in ternary.quantized_weight().detach():
+        assert len(torch.unique(row)) == 3  # -alpha, 0, +alpha
+    assert not any(isinstance(m, hg.nn.Binarize) for m in model)
 
 
 def test_unknown_method_is_a_value_error() -> None:
@@ -181,7 +194,13 @@ def test_runs_on_idx_files(tmp_path: Path) -> None:
     (result,) = run_tasks(["qat"], settings, configs={"qat": config}, progress=PlainProgress())
     data = result.data
     assert data["dataset"] == f"idx:{folder}" and (data["n_train"], data["n_test"]) == (40, 20)
-    assert [r["label"] for r in data["rows"]] == ["float", "STE 2-bit", "LSQ 2-bit", "binary"]
+    assert [r["label"] for r in data["rows"]] == [
+        "float",
+        "STE 2-bit",
+        "LSQ 2-bit",
+        "binary",
+        "ternary",
+    ]
     for r in data["rows"]:
         (value,) = r["test_accuracy"]["values"]
         assert _finite_fraction(value) and round(value * 20) == pytest.approx(value * 20)

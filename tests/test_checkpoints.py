@@ -138,6 +138,11 @@ STATEFUL = {
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
     "MoE": lambda: hg.nn.MoE(3, num_experts=4, k=2),
     "HardConcreteGate": lambda: hg.nn.HardConcreteGate(3, beta=0.5),
+    "LIF": lambda: hg.nn.LIF(torch.full((3,), 0.9), learn_beta=True, reset="zero"),
+    "BinaryLinear": lambda: hg.nn.BinaryLinear(3, 2, scale=True),
+    "BinaryConv2d": lambda: hg.nn.BinaryConv2d(1, 2, 3, weights="ternary"),
+    "QuantLinear": lambda: hg.nn.QuantLinear(3, 2, weight_bits=4, act_bits=6),
+    "QuantConv2d": lambda: hg.nn.QuantConv2d(1, 2, 3, weight_bits=3),
 }
 
 

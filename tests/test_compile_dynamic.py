@@ -164,6 +164,36 @@ class _FirstPlusLoss(nn.Module):
         return out[0] + out[2] if len(out) == 3 else out[0]
 
 
+class _TwoSteps(nn.Module):
+    """Two LIF steps (the second from the first's membrane): spikes plus membrane."""
+
+    def __init__(self, lif: nn.Module) -> None:
+        super().__init__()
+        self.lif = lif
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spk, mem = self.lif(x)
+        spk, mem = self.lif(x, mem)
+        return spk + mem
+
+
+class _AsImage(nn.Module):
+    """A (batch, 4) input as (batch, 1, 2, 2) images for a 2-D convolution."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.reshape(-1, 1, 2, 2)).flatten(1)
+
+
+def _calibrated(module: nn.Module, features: tuple[int, ...] = (4,)) -> nn.Module:
+    """``module`` with its activation quantizer initialised (eagerly, before compiling)."""
+    module(torch.randn(6, *features, generator=torch.Generator().manual_seed(1)))
+    return module
+
+
 #: A factory for every module of hardgrad.nn (a new module without one fails below).
 MODULES = {
     "Round": lambda: hg.nn.Round(),
@@ -190,6 +220,21 @@ MODULES = {
     "LFQ": lambda: _FirstPlusLoss(hg.nn.LFQ(4)),
     "MoE": lambda: _FirstPlusLoss(torch.manual_seed(0) and hg.nn.MoE(4, num_experts=4, k=2)),
     "HardConcreteGate": lambda: hg.nn.HardConcreteGate(4),
+    "LIF": lambda: _TwoSteps(hg.nn.LIF(torch.full((4,), 0.8), 0.5, learn_beta=True)),
+    # Weights from the global RNG: seeded, so that both instances agree.
+    "BinaryLinear": lambda: (
+        torch.manual_seed(0) and hg.nn.BinaryLinear(4, 3, scale=True, activations=True)
+    ),
+    "BinaryConv2d": lambda: (
+        torch.manual_seed(0) and _AsImage(hg.nn.BinaryConv2d(1, 2, 2, padding=1, weights="ternary"))
+    ),
+    "QuantLinear": lambda: (
+        torch.manual_seed(0) and _calibrated(hg.nn.QuantLinear(4, 3, weight_bits=4, act_bits=4))
+    ),
+    "QuantConv2d": lambda: (
+        torch.manual_seed(0)
+        and _calibrated(_AsImage(hg.nn.QuantConv2d(1, 2, 2, weight_bits=3, act_bits=5)))
+    ),
 }
 
 
@@ -202,10 +247,21 @@ def test_every_module_has_a_factory() -> None:
     assert classes == set(MODULES)
 
 
+#: Modules whose forward applies one surrogate instance twice (two LIF steps; binarized
+#: inputs and weights): with dynamic=True and fullgraph, torch 2.13's Dynamo fails on the
+#: second hardgrad Function ("lift_tracked_freevar_to_input should not be called on root
+#: SubgraphTracer": it lifts the surrogate's float constant as a symbolic input). Distinct
+#: surrogate instances, dynamic=None, or torch._dynamo.config.specialize_float = True work.
+#: Strict xfail, so that a fix shows.
+SHARED_SURROGATE_DYNAMIC = {"LIF", "BinaryLinear"}
+
+
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_every_module_with_a_changing_batch(name, mode) -> None:
+def test_every_module_with_a_changing_batch(name, mode, request) -> None:
     """Two instances built alike (state advances the same way), one compiled."""
+    if name in SHARED_SURROGATE_DYNAMIC and mode == (True, True):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="torch 2.13 Dynamo, see above"))
     compiled_module, eager_module = MODULES[name](), MODULES[name]()
     modules = iter([compiled_module, eager_module] * len(BATCHES))
 
@@ -241,7 +297,7 @@ def test_without_fullgraph(kind, mode) -> None:
     elif kind == "expectation":
         test_every_expectation_with_a_changing_batch("rloo", "bernoulli", mode)
     else:
-        test_every_module_with_a_changing_batch("Bernoulli", mode)
+        test_every_module_with_a_changing_batch("Bernoulli", mode, None)
 
 
 @pytest.mark.parametrize("dynamic", [None, True], ids=["auto", "dynamic"])

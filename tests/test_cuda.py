@@ -699,6 +699,27 @@ def test_noisy_rectifier(dtype: torch.dtype, cuda_device) -> None:
 
 SCHEDULE = hg.nn.anneal(1.0, 0.25, 4)
 
+
+class _InDtype(nn.Module):
+    """A layer with weights (6 to 6 features), or LIF (two steps: spikes plus membrane), run
+    in the input's dtype on a ``(4, 6)`` input (as ``(4, 6, 1, 1)`` images for a convolution)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.inner.to(x.dtype)
+        if isinstance(self.inner, hg.nn.LIF):
+            spk, mem = self.inner(x)
+            spk, mem = self.inner(x, mem)
+            return spk + mem
+        if isinstance(self.inner, nn.Conv2d):
+            return self.inner(x.reshape(4, 6, 1, 1)).reshape(4, -1)
+        out: torch.Tensor = self.inner(x)
+        return out
+
+
 #: Factories ``(generator) -> module``; the key before "-" is the class name.
 MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "Round": lambda g: hg.nn.Round(),
@@ -724,6 +745,14 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
     "MoE-default": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="default"),
     "HardConcreteGate": lambda g: hg.nn.HardConcreteGate(6, generator=g),
+    "LIF": lambda g: _InDtype(hg.nn.LIF(torch.full((6,), 0.75), 0.5, learn_beta=True)),
+    "LIF-zero-reset": lambda g: _InDtype(hg.nn.LIF(0.9, 0.25, reset="zero", surrogate="atan")),
+    "BinaryLinear": lambda g: _InDtype(hg.nn.BinaryLinear(6, 6, scale=True, activations=True)),
+    "BinaryLinear-ternary": lambda g: _InDtype(hg.nn.BinaryLinear(6, 6, weights="ternary")),
+    # +-1 weights and inputs: exact sums, also where cuDNN computes float32 in TF32.
+    "BinaryConv2d": lambda g: _InDtype(hg.nn.BinaryConv2d(6, 6, 1, bias=False, activations=True)),
+    "QuantLinear": lambda g: _InDtype(hg.nn.QuantLinear(6, 6, weight_bits=4, act_bits=8)),
+    "QuantConv2d": lambda g: _InDtype(hg.nn.QuantConv2d(6, 6, 1, weight_bits=3, act_bits=6)),
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
@@ -806,6 +835,8 @@ def test_nn_module(key: str, dtype: torch.dtype, cuda_device) -> None:
         # y = round(x / s) s with s a float32 parameter initialised from a batch mean
         # (summation order differs): in a float64 run, y is as precise as float32.
         precision = coarser(dtype, module.scale.dtype)  # type: ignore[arg-type]
+    if key.startswith(("QuantLinear", "QuantConv2d")):
+        precision = coarser(dtype, torch.float32)  # float32 scales, as for Quantize
     for name, (tensor, _) in first.items():
         expected = cpu[name][0]
         assert tensor is not None and expected is not None

@@ -124,8 +124,22 @@ SIZED_MODULES = {
 }
 
 
+#: Layers whose output shape differs from the input's (LIF returns (spikes, membrane)):
+#: ``(features, dtype) -> (module, input shape per example)``; covered by
+#: test_layer_outputs_and_gradients_are_finite below.
+LAYER_MODULES: dict[str, Callable[[int], tuple[torch.nn.Module, tuple[int, ...]]]] = {
+    "LIF": lambda f: (hg.nn.LIF(torch.full((f,), 0.9), 1.0, learn_beta=True), (f,)),
+    "BinaryLinear": lambda f: (hg.nn.BinaryLinear(f, 3, scale=True, activations=True), (f,)),
+    "BinaryConv2d": lambda f: (hg.nn.BinaryConv2d(f, 2, 1, weights="ternary"), (f, 2, 2)),
+    "QuantLinear": lambda f: (hg.nn.QuantLinear(f, 3, weight_bits=3, act_bits=4), (f,)),
+    "QuantConv2d": lambda f: (hg.nn.QuantConv2d(f, 2, 1, weight_bits=2, act_bits=2), (f, 2, 2)),
+}
+
+
 def test_every_module_is_covered():
-    assert set(MODULE_SETTINGS) | set(VQ_MODULES) | set(SIZED_MODULES) == set(MODULES)
+    assert set(MODULE_SETTINGS) | set(VQ_MODULES) | set(SIZED_MODULES) | set(LAYER_MODULES) == set(
+        MODULES
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SIZED_MODULES))
@@ -148,6 +162,39 @@ def test_sized_module_outputs_and_gradients_are_finite(name, data, seed):
         grads = torch.autograd.grad(
             y, [leaf, *module.parameters()], upstream(y, seed), allow_unused=True
         )
+        for grad in grads:
+            assert grad is None or torch.isfinite(grad).all(), grads
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_MODULES))
+@SETTINGS
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_layer_outputs_and_gradients_are_finite(name, data, seed):
+    """Drawn batch sizes (empty included), feature counts, float dtypes and finite values
+    up to where a sum over the features stays finite; two batches (quantizer
+    initialisation, LIF state carried from the first)."""
+    dtype = data.draw(st.sampled_from((torch.float64, torch.float32)), label="dtype")
+    f = data.draw(st.integers(1, 4), label="features")
+    batch = data.draw(st.integers(0, 3), label="batch")
+    torch.manual_seed(seed)
+    module, shape = LAYER_MODULES[name](f)
+    module = module.to(dtype)
+    mem = None
+    for _ in range(2):
+        bound = torch.finfo(dtype).max / 64
+        x = data.draw(tensor_of(dtype, (batch, *shape), bound=bound), label="x")
+        leaf = x.clone().requires_grad_()
+        if name == "LIF":
+            out, mem = module(leaf, None if mem is None else mem.detach())
+            outputs = [out, mem]
+        else:
+            out = module(leaf)
+            outputs = [out]
+        for y in outputs:
+            assert y.dtype == dtype and torch.isfinite(y).all(), y
+        total = sum((y * upstream(y, seed)).sum() for y in outputs)
+        params = [p for p in module.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(total, [leaf, *params], allow_unused=True)
         for grad in grads:
             assert grad is None or torch.isfinite(grad).all(), grads
 

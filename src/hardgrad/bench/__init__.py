@@ -29,6 +29,7 @@ from . import moe
 from . import shortest_path
 from . import l0
 from . import ranking
+from . import snn
 
 # isort: on
 from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -49,6 +50,7 @@ __all__ = [
     "ranking",
     "run_tasks",
     "shortest_path",
+    "snn",
     "speed",
     "task",
     "toy",

@@ -4,11 +4,13 @@ One multilayer perceptron (64-256-256-10 on scikit-learn's 8x8 digits, or the im
 ``--data``) is trained in several forms and its test accuracy compared:
 
 * ``float``: the full-precision baseline (``Linear -> ReLU`` twice, then ``Linear``).
-* ``STE b-bit`` for b in {8, 4, 2}: the same network with fake-quantized weights and
+* ``STE b-bit`` for b in {8, 4, 2}: the same network built from
+  :class:`hardgrad.nn.QuantLinear` layers, with fake-quantized weights and
   activations. Every weight matrix (all three layers) is quantized to ``b``-bit signed
-  integers with one scale per output channel; the two hidden activations (after ReLU)
-  to ``b``-bit unsigned integers with one scale per tensor; biases and the input pixels stay
-  in floating point. Forward: :func:`hardgrad.quantize` through :class:`hardgrad.nn.Quantize`;
+  integers with one scale per output channel; the inputs of the second and third layer
+  (the hidden activations, after ReLU) to ``b``-bit unsigned integers with one scale per
+  tensor; biases and the input pixels stay in floating point. Forward:
+  :func:`hardgrad.quantize` through the layers' :class:`hardgrad.nn.Quantize` quantizers;
   backward: the masked straight-through estimator (the gradient passes where the value is
   inside the integer range, Jacob et al. 2018). The scale is *fixed*
   (``learn_scale=False``): set once from the initial weights and the first batch with LSQ's
@@ -22,10 +24,16 @@ One multilayer perceptron (64-256-256-10 on scikit-learn's 8x8 digits, or the im
 * ``binary``: sign weights and sign activations (:func:`hardgrad.binarize`, :math:`\pm 1`)
   with the clipped straight-through estimator (Hubara et al. 2016,
   https://arxiv.org/abs/1602.02830): ``Linear(float) -> BatchNorm -> binarize ->
-  BinaryLinear -> BatchNorm -> binarize -> Linear(float)``. As is customary, the first and
-  last layers keep floating-point weights (the middle 256x256 matrix, 80 % of the weights,
-  is binary) and BatchNorm precedes each sign; the latent float weights of the binary layer
-  are clipped to [-1, 1] after every step, as Hubara et al. do.
+  BinaryLinear -> BatchNorm -> binarize -> Linear(float)`` with
+  :class:`hardgrad.nn.BinaryLinear`. As is customary, the first and last layers keep
+  floating-point weights (the middle 256x256 matrix, 80 % of the weights, is binary) and
+  BatchNorm precedes each sign; the latent float weights of the binary layer are clipped to
+  [-1, 1] after every step (:func:`hardgrad.nn.clip_latent_weights_`), as Hubara et al. do.
+* ``ternary``: ternary weights of TWN (Li, Zhang & Liu 2016,
+  https://arxiv.org/abs/1605.04711; :math:`\{-\alpha, 0, \alpha\}` per output channel,
+  threshold :math:`0.7\,\overline{|W|}`, straight-through backward) in the middle layer,
+  ``hg.nn.BinaryLinear(weights="ternary")``, with float ReLU activations: ``Linear(float) ->
+  BatchNorm -> ReLU -> ternary Linear -> BatchNorm -> ReLU -> Linear(float)``.
 
 Every configuration is trained with Adam (batch 64) from ``seeds`` seeds; the table gives
 the test accuracy at the end of training, mean ± sample standard deviation over seeds and
@@ -35,8 +43,8 @@ easy data set). Under ``torchrun`` the model is wrapped in DistributedDataParall
 trains on its shard of the training set with its own shuffling seed, and the quantizers'
 scales are set (and averaged across ranks) on a calibration batch before wrapping.
 
-Wall time on two idle cores: 79 s for the full run (3 seeds, 30 epochs; the run in
-``docs/results/full/``), 14 s with ``--quick``.
+Wall time on two shared cores: 49 s for the full run (3 seeds, 30 epochs, ternary row
+included; ``docs/results/full/`` holds an earlier run without it), 7 s with ``--quick``.
 """
 
 from __future__ import annotations
@@ -54,7 +62,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import nn as hgnn
-from .. import ops
 from . import _distributed
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from .data import Dataset, load_dataset
@@ -81,6 +88,7 @@ class QatConfig:
         bits: bit widths of the fake-quantized networks.
         methods: quantizer gradients to compare, ``"ste"`` (fixed scale) and ``"lsq"``.
         binary: also train the binary network.
+        ternary: also train the ternary-weight network.
         epochs: passes over the training set.
         batch_size: examples per step (split across ranks under ``torchrun``).
         lr: Adam's learning rate for the float and quantized networks.
@@ -98,6 +106,7 @@ class QatConfig:
     bits: tuple[int, ...] = (8, 4, 2)
     methods: tuple[str, ...] = ("ste", "lsq")
     binary: bool = True
+    ternary: bool = True
     epochs: int = 30
     batch_size: int = 64
     lr: float = 1e-3
@@ -122,45 +131,15 @@ _MIN_SCALE = 1e-6
 
 # --------------------------------------------------------------------------- models
 
-
-class QuantLinear(nn.Linear):
-    """``nn.Linear`` whose weight is fake-quantized to ``bits`` signed integers, one scale
-    per output channel (:class:`hardgrad.nn.Quantize`); the bias stays in floating point."""
-
-    def __init__(self, features: int, out: int, bits: int, learn_scale: bool) -> None:
-        super().__init__(features, out)
-        self.weight_quantizer = hgnn.Quantize(
-            bits, signed=True, per_channel_dim=0, learn_scale=learn_scale
-        )
-
-    def quantized_weight(self) -> Tensor:
-        """The weight the forward uses."""
-        out: Tensor = self.weight_quantizer(self.weight)
-        return out
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.quantized_weight(), self.bias)
-
-
-class BinaryLinear(nn.Linear):
-    """``nn.Linear`` with :math:`\\pm 1` weights (:func:`hardgrad.binarize`, clipped STE) and
-    no bias (the BatchNorm that follows has one)."""
-
-    def __init__(self, features: int, out: int) -> None:
-        super().__init__(features, out, bias=False)
-
-    def quantized_weight(self) -> Tensor:
-        """The weight the forward uses."""
-        return ops.binarize(self.weight)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.quantized_weight())
+#: The layers the networks are built from (:mod:`hardgrad.nn`), under their old names here.
+QuantLinear = hgnn.QuantLinear
+BinaryLinear = hgnn.BinaryLinear
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One trained configuration: ``kind`` is ``"float"``, ``"ste"``, ``"lsq"`` or
-    ``"binary"``; ``bits`` is set for ``"ste"`` and ``"lsq"``."""
+    """One trained configuration: ``kind`` is ``"float"``, ``"ste"``, ``"lsq"``,
+    ``"binary"`` or ``"ternary"``; ``bits`` is set for ``"ste"`` and ``"lsq"``."""
 
     kind: str
     bits: int | None = None
@@ -178,6 +157,8 @@ class Variant:
             return "float32 weights and activations"
         if self.kind == "binary":
             return "±1 weights and activations (float first and last layer)"
+        if self.kind == "ternary":
+            return "ternary weights, float activations (float first and last layer)"
         return f"{self.bits}-bit weights (per channel) and activations"
 
     @property
@@ -187,6 +168,7 @@ class Variant:
             "ste": "masked STE, fixed scale",
             "lsq": "masked STE, learned scale (LSQ)",
             "binary": "clipped STE",
+            "ternary": "STE (TWN)",
         }[self.kind]
 
 
@@ -199,6 +181,8 @@ def variants(config: QatConfig) -> list[Variant]:
     out += [Variant(m, b) for b in config.bits for m in config.methods]
     if config.binary:
         out.append(Variant("binary"))
+    if config.ternary:
+        out.append(Variant("ternary"))
     return out
 
 
@@ -208,32 +192,41 @@ def build_model(
     """The MLP of ``variant`` (see the module docstring)."""
     widths = [features, *hidden]
     layers: list[nn.Module] = []
-    if variant.kind == "binary":
+    if variant.kind in ("binary", "ternary"):
         if len(hidden) < 2:
             raise ValueError(
-                f"Expected at least two hidden layers for the binary network, but found {hidden}"
+                f"Expected at least two hidden layers for the {variant.kind} network, but found "
+                f"{hidden}"
             )
+        binary = variant.kind == "binary"
         for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
-            layers.append(nn.Linear(n_in, n_out) if i == 0 else BinaryLinear(n_in, n_out))
-            layers += [nn.BatchNorm1d(n_out), hgnn.Binarize()]
+            if i == 0:
+                layers.append(nn.Linear(n_in, n_out))
+            else:
+                layers.append(hgnn.BinaryLinear(n_in, n_out, bias=False, weights=variant.kind))
+            layers += [nn.BatchNorm1d(n_out), hgnn.Binarize() if binary else nn.ReLU()]
         layers.append(nn.Linear(widths[-1], classes))
         return nn.Sequential(*layers)
-    for n_in, n_out in itertools.pairwise(widths):
-        if variant.kind == "float":
-            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
-        else:
-            assert variant.bits is not None
-            learn = variant.kind == "lsq"
-            layers += [
-                QuantLinear(n_in, n_out, variant.bits, learn),
-                nn.ReLU(),
-                hgnn.Quantize(variant.bits, signed=False, learn_scale=learn),
-            ]
     if variant.kind == "float":
+        for n_in, n_out in itertools.pairwise(widths):
+            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
         layers.append(nn.Linear(widths[-1], classes))
-    else:
-        assert variant.bits is not None
-        layers.append(QuantLinear(widths[-1], classes, variant.bits, variant.kind == "lsq"))
+        return nn.Sequential(*layers)
+    assert variant.bits is not None
+    learn = variant.kind == "lsq"
+    for i, (n_in, n_out) in enumerate(itertools.pairwise([*widths, classes])):
+        layers.append(
+            hgnn.QuantLinear(
+                n_in,
+                n_out,
+                weight_bits=variant.bits,
+                act_bits=None if i == 0 else variant.bits,  # the pixels stay float
+                act_signed=False,  # hidden activations come from a ReLU
+                learn_scale=learn,
+            )
+        )
+        if i < len(widths) - 1:
+            layers.append(nn.ReLU())
     return nn.Sequential(*layers)
 
 
@@ -272,14 +265,13 @@ def train_and_evaluate(
         model(x_train[order[:batch]])
     model.train()
     wrapped = _distributed.wrap(model)
-    lr = config.binary_lr if variant.kind == "binary" else config.lr
+    lr = config.binary_lr if variant.kind in ("binary", "ternary") else config.lr
     scales = [m.scale for m in model.modules() if isinstance(m, hgnn.Quantize) and m.learn_scale]
     others = [p for p in wrapped.parameters() if all(p is not s for s in scales)]
     groups: list[dict[str, Any]] = [{"params": others}]
     if scales:
         groups.append({"params": scales, "lr": config.scale_lr})
     optimizer = torch.optim.Adam(groups, lr=lr)
-    binary_weights = [m.weight for m in model.modules() if isinstance(m, BinaryLinear)]
     loss_sum, steps = 0.0, 0
     for _epoch in range(config.epochs):
         order = torch.randperm(len(x_train), generator=generator).to(x_train.device)
@@ -290,9 +282,8 @@ def train_and_evaluate(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            hgnn.clip_latent_weights_(model)  # binary latent weights to [-1, 1]
             with torch.no_grad():
-                for weight in binary_weights:
-                    weight.clamp_(-1.0, 1.0)
                 for scale in scales:  # a scale must stay positive
                     scale.clamp_(min=_MIN_SCALE)
             loss_sum += float(loss.detach())
@@ -454,6 +445,13 @@ def _notes(rows: list[dict[str, Any]], config: QatConfig, data: Dataset) -> list
             f"last layer, BatchNorm before each sign, clipped STE): {_pct(b)} %, "
             f"{100 * (b - float_mean):+.1f} pp vs float."
         )
+    if ("ternary", None) in by_key:
+        t = by_key[("ternary", None)]["test_accuracy"]["mean"]
+        notes.append(
+            f"Ternary network (TWN weights {{-a, 0, +a}} per output channel in the middle layer, "
+            f"float ReLU activations and first and last layer): {_pct(t)} %, "
+            f"{100 * (t - float_mean):+.1f} pp vs float."
+        )
     return notes
 
 
@@ -476,7 +474,8 @@ def plot_accuracy(rows: list[dict[str, Any]], config: QatConfig, out: Path) -> s
         return None
     out.mkdir(parents=True, exist_ok=True)
     bits = sorted(config.bits, reverse=True)
-    ticks = ["float", *[f"{b}-bit" for b in bits]] + (["binary"] if config.binary else [])
+    extra = [k for k, on in (("binary", config.binary), ("ternary", config.ternary)) if on]
+    ticks = ["float", *[f"{b}-bit" for b in bits], *extra]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     by_key = {(r["kind"], r["bits"]): r for r in rows}
 
@@ -497,12 +496,16 @@ def plot_accuracy(rows: list[dict[str, Any]], config: QatConfig, out: Path) -> s
         if len(xs) > 1:
             label = "STE, fixed scale" if method == "ste" else "LSQ, learned scale"
             ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker="o", capsize=3, label=label)
-    if ("binary", None) in by_key:
-        m, low, high = point(by_key[("binary", None)])
-        ax.errorbar(
-            [len(ticks) - 1], [m], yerr=[[low], [high]], color="C2", marker="s", capsize=3,
-            linestyle="none", label="binary, clipped STE",
-        )  # fmt: skip
+    for kind, color, label in (
+        ("binary", "C2", "binary, clipped STE"),
+        ("ternary", "C3", "ternary (TWN), STE"),
+    ):
+        if (kind, None) in by_key:
+            m, low, high = point(by_key[(kind, None)])
+            ax.errorbar(
+                [ticks.index(kind)], [m], yerr=[[low], [high]], color=color, marker="s",
+                capsize=3, linestyle="none", label=label,
+            )  # fmt: skip
     ax.axhline(f_mean, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(ticks)), ticks)
     ax.set_ylabel(f"test accuracy (%), mean and range over {config.seeds} seed(s)")
@@ -553,7 +556,7 @@ def _run_variant(
 
 @task(
     "qat",
-    "MLP on digits: float vs 8/4/2-bit fake quantization (STE, LSQ) vs binary; test accuracy",
+    "MLP on digits: float vs 8/4/2-bit QAT (STE, LSQ) vs binary vs ternary; test accuracy",
     default_config,
 )
 def run(settings: BenchSettings, config: QatConfig, progress: Progress) -> TaskResult:
@@ -582,7 +585,7 @@ def run(settings: BenchSettings, config: QatConfig, progress: Progress) -> TaskR
             figures.append(name)
     result = TaskResult(
         name="qat",
-        summary=f"MLP on {data.name}: float vs fake-quantized (STE, LSQ) vs binary, test "
+        summary=f"MLP on {data.name}: float vs fake-quantized (STE, LSQ) vs binary vs ternary, test "
         f"accuracy over {config.seeds} seed(s) ({settings.device})",
         settings=dataclasses.asdict(config),
         data={

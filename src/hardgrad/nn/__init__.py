@@ -13,28 +13,44 @@ Sequential(
 """
 
 from ._anneal import Anneal, anneal
+from ._binary import (
+    BinaryConv2d,
+    BinaryLinear,
+    clip_latent_weights_,
+    clip_latent_weights_after_step,
+)
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
 from ._l0 import HardConcreteGate
 from ._moe import MoE
+from ._qat import QuantConv2d, QuantLinear, quantize_
 from ._quantize import Quantize
+from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical
 from ._vq import FSQ, LFQ, VectorQuantize
 
 __all__ = [
     "FSQ",
     "LFQ",
+    "LIF",
     "Anneal",
     "Bernoulli",
     "Binarize",
+    "BinaryConv2d",
+    "BinaryLinear",
     "Categorical",
     "Clamp",
     "HardConcreteGate",
     "Heaviside",
     "MoE",
     "OneHotArgmax",
+    "QuantConv2d",
+    "QuantLinear",
     "Quantize",
     "Round",
     "Sign",
     "VectorQuantize",
     "anneal",
+    "clip_latent_weights_",
+    "clip_latent_weights_after_step",
+    "quantize_",
 ]

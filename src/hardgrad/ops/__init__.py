@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .._registry import Registry
 from ._elementwise import binarize, ceil, clamp, floor, heaviside, round, sign, trunc
+from ._lowbit import stochastic_round, ternarize
 from ._quantize import quantize
 from ._selection import one_hot_argmax, soft_topk_mask, topk_mask
 from ._straight_through import StraightThrough, straight_through
@@ -34,7 +35,9 @@ __all__ = [
     "round",
     "sign",
     "soft_topk_mask",
+    "stochastic_round",
     "straight_through",
+    "ternarize",
     "topk_mask",
     "trunc",
 ]

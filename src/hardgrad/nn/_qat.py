@@ -1,0 +1,446 @@
+r"""Quantization-aware training layers: LSQ weight and activation quantizers around
+``Linear``/``Conv2d``, a converter for existing models, and freezing to integers.
+
+LSQ: Esser et al. (2020), https://arxiv.org/abs/1902.08153; fake quantization and its
+straight-through estimator: Jacob et al. (2018), https://arxiv.org/abs/1712.05877.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .._checkpoint import SettingsInState
+from .._validation import check_floating, check_int
+from ._quantize import Quantize
+
+
+def _check_bits(value: Any, name: str, *, signed: bool) -> int | None:
+    if value is None:
+        return None
+    return check_int(value, name, low=2 if signed else 1, high=16)
+
+
+def _check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"Expected `{name}` to be a bool, but found {type(value).__name__}")
+    return value
+
+
+class _QuantLayer(SettingsInState, nn.Module):
+    """What :class:`QuantLinear` and :class:`QuantConv2d` share."""
+
+    weight: Tensor
+    weight_quantizer: Quantize | None
+    act_quantizer: Quantize | None
+    weight_bits: int | None
+    act_bits: int | None
+    act_signed: bool
+    frozen: bool
+    _frozen_dtype: torch.dtype
+
+    def _setup(self, weight_bits: Any, act_bits: Any, act_signed: Any, learn_scale: Any) -> None:
+        _check_flag(act_signed, "act_signed")
+        _check_flag(learn_scale, "learn_scale")
+        self.weight_bits = _check_bits(weight_bits, "weight_bits", signed=True)
+        self.act_bits = _check_bits(act_bits, "act_bits", signed=act_signed)
+        self.act_signed = act_signed
+        self.frozen = False
+        weight = self.weight
+        assert weight is not None
+        self.weight_quantizer = None
+        if self.weight_bits is not None:
+            self.weight_quantizer = Quantize(
+                self.weight_bits, signed=True, per_channel_dim=0, learn_scale=learn_scale
+            ).to(weight.device)
+            self.weight_quantizer.init_from(weight.detach())
+        self.act_quantizer = None
+        if self.act_bits is not None:
+            self.act_quantizer = Quantize(
+                self.act_bits, signed=act_signed, learn_scale=learn_scale
+            ).to(weight.device)
+
+    def quantized_weight(self, dtype: torch.dtype | None = None) -> Tensor:
+        """The weight the forward uses (fake-quantized, or rebuilt from the frozen integers)."""
+        if self.frozen:
+            q: Tensor = getattr(self, "weight_int")  # noqa: B009 (a buffer)
+            s: Tensor = getattr(self, "weight_scale")  # noqa: B009
+            shape = (-1,) + (1,) * (q.dim() - 1)
+            weight = q.to(s.dtype) * s.view(shape)  # as the fake quantization computes it
+            return weight.to(self._frozen_dtype if dtype is None else dtype)
+        weight = self.weight
+        assert weight is not None
+        if self.weight_quantizer is None:
+            return weight
+        out: Tensor = self.weight_quantizer(weight)
+        return out
+
+    def _quantize_input(self, x: Tensor) -> Tensor:
+        check_floating(x, "x")
+        if self.act_quantizer is None:
+            return x
+        out: Tensor = self.act_quantizer(x)
+        return out
+
+    @torch.no_grad()
+    def integer_weight(self) -> tuple[Tensor, Tensor]:
+        r"""The weight as integers and per-output-channel scales: ``(q, s)`` with
+        ``q * s.view(-1, 1, ...)`` equal to :meth:`quantized_weight` bit for bit; ``q`` is
+        ``int8`` for up to 8 bits, else ``int16``; ``s`` has the weight's dtype (float32
+        for half weights)."""
+        if self.frozen:
+            return getattr(self, "weight_int").clone(), getattr(self, "weight_scale").clone()  # noqa: B009
+        if self.weight_quantizer is None:
+            raise ValueError(
+                "Expected a layer with a weight quantizer (`weight_bits` set), but found "
+                "weight_bits=None"
+            )
+        weight = self.weight
+        fake = self.weight_quantizer(weight)
+        scale = self.weight_quantizer.step_size(weight.dtype)
+        compute = torch.float32 if weight.dtype in (torch.float16, torch.bfloat16) else weight.dtype
+        scale = scale.to(compute)
+        shape = (-1,) + (1,) * (weight.dim() - 1)
+        q = torch.round(fake.to(compute) / scale.view(shape))
+        int_dtype = torch.int8 if self.weight_quantizer.bits <= 8 else torch.int16
+        return q.to(int_dtype), scale.detach().clone()
+
+    @torch.no_grad()
+    def freeze(self) -> _QuantLayer:
+        r"""Replace the latent float weight by its integers and scales, in place.
+
+        Afterwards the layer holds buffers ``weight_int`` (``int8``/``int16``) and
+        ``weight_scale`` (one per output channel) instead of the ``weight`` parameter and
+        its quantizer, and its forward computes with ``weight_int * weight_scale``, which
+        equals the fake-quantized weight bit for bit: the outputs are unchanged. The
+        activation quantizer stays (its scale is the input's step size). The
+        ``state_dict`` then holds the integers; load it into a frozen layer. Returns the layer.
+        """
+        if self.frozen:
+            return self
+        q, scale = self.integer_weight()
+        self._frozen_dtype = self.weight.dtype
+        self.register_buffer("weight_int", q)
+        self.register_buffer("weight_scale", scale)
+        self.register_parameter("weight", None)
+        self.weight_quantizer = None
+        self.frozen = True
+        return self
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        """The bit widths and whether the weight is stored as integers."""
+        return {
+            "weight_bits": self.weight_bits,
+            "act_bits": self.act_bits,
+            "act_signed": self.act_signed,
+            "frozen": self.frozen,
+        }
+
+    def _quant_repr(self) -> str:
+        text = f"weight_bits={self.weight_bits}, act_bits={self.act_bits}"
+        if not self.act_signed:
+            text += ", act_signed=False"
+        if self.frozen:
+            text += ", frozen=True"
+        return text
+
+
+_DOC_MATH = r"""
+    **Forward.** The input is fake-quantized per tensor to ``act_bits``-bit integers
+    (signed, or unsigned with ``act_signed=False`` for post-ReLU inputs) and the weight per
+    output channel to ``weight_bits``-bit signed integers, each by a
+    :class:`hardgrad.nn.Quantize` with a learned step size (LSQ, Esser et al. 2020,
+    https://arxiv.org/abs/1902.08153):
+
+    .. math::
+
+        \hat x = \operatorname{clamp}(\lfloor x / s_x \rceil, q^x_-, q^x_+)\, s_x, \qquad
+        \hat W_o = \operatorname{clamp}(\lfloor W_o / s_o \rceil, q^w_-, q^w_+)\, s_o,
+
+    and the layer computes its float operation on :math:`\hat x` and :math:`\hat W`; the
+    bias stays real. ``None`` for a bit width leaves that side in floating point.
+
+    **Backward.** Masked straight-through for :math:`x` and :math:`W` (the gradient passes
+    where the value is inside the integer range), and LSQ's step-size gradient for
+    :math:`s_x` and :math:`s_o`, scaled by :math:`1/\sqrt{N q_+}` (see
+    :class:`~hardgrad.nn.Quantize`), all through :func:`hardgrad.quantize`.
+
+    **Initialisation.** The weight scales are set from the weights at construction
+    (:math:`s_o = 2\,\overline{|W_o|}/\sqrt{q_+}`); :func:`quantize_` sets them again from
+    the trained weights it keeps. The activation scale is set from the first batch
+    (averaged across ranks under ``torch.distributed``): run one batch before
+    ``torch.compile(fullgraph=True)``, ``torch.export`` or wrapping in DDP.
+
+    **Deployment.** :meth:`integer_weight` gives the integer weights and their scales;
+    :meth:`freeze` stores them in place of the float weight (outputs unchanged, bit for
+    bit). A trained layer runs under ``torch.export.export``.
+"""
+
+
+class QuantLinear(_QuantLayer, nn.Linear):
+    __doc__ = (
+        r"""``nn.Linear`` with LSQ fake quantization of its input and weight.
+    """
+        + _DOC_MATH
+        + r"""
+    Args:
+        in_features, out_features, bias: as for ``nn.Linear``.
+        weight_bits: weight bit width (2 to 16), or ``None``.
+        act_bits: input bit width (2 to 16, or 1 to 16 unsigned), or ``None``.
+        act_signed: signed input range (default) or unsigned (inputs after a ReLU).
+        learn_scale: learn the step sizes (LSQ); ``False`` keeps them at their initial
+            values (calibration only).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> layer = hg.nn.QuantLinear(4, 3, weight_bits=4, act_bits=8)
+        >>> layer
+        QuantLinear(
+          in_features=4, out_features=3, bias=True, weight_bits=4, act_bits=8
+          (weight_quantizer): Quantize(bits=4, signed=True, per_channel_dim=0, learn_scale=True)
+          (act_quantizer): Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)
+        )
+        >>> y = layer(torch.randn(5, 4))
+        >>> q, s = layer.integer_weight()
+        >>> q.dtype, int(q.min()) >= -8 and int(q.max()) <= 7, s.shape
+        (torch.int8, True, torch.Size([3]))
+        >>> torch.equal(q * s[:, None], layer.quantized_weight().detach())
+        True
+    """
+    )
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        weight_bits: int | None = 8,
+        act_bits: int | None = 8,
+        act_signed: bool = True,
+        learn_scale: bool = True,
+        device: Any = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
+        self._setup(weight_bits, act_bits, act_signed, learn_scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(
+                f"Expected `x` with {self.in_features} features in its last dimension, but "
+                f"found shape {tuple(x.shape)}"
+            )
+        x = self._quantize_input(x)
+        return F.linear(x, self.quantized_weight(x.dtype), self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{nn.Linear.extra_repr(self)}, {self._quant_repr()}"
+
+
+class QuantConv2d(_QuantLayer, nn.Conv2d):
+    __doc__ = (
+        r"""``nn.Conv2d`` with LSQ fake quantization of its input and weight.
+    """
+        + _DOC_MATH
+        + r"""
+    Args:
+        in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
+        stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
+        weight_bits: weight bit width (2 to 16), or ``None``.
+        act_bits: input bit width (2 to 16, or 1 to 16 unsigned), or ``None``.
+        act_signed: signed input range (default) or unsigned (inputs after a ReLU).
+        learn_scale: learn the step sizes (LSQ).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> conv = hg.nn.QuantConv2d(3, 8, 3, padding=1, weight_bits=4, act_bits=None)
+        >>> conv(torch.randn(2, 3, 16, 16)).shape
+        torch.Size([2, 8, 16, 16])
+        >>> [len(torch.unique(w)) <= 16 for w in conv.quantized_weight()][:3]
+        [True, True, True]
+    """
+    )
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: Any = "zeros",
+        *,
+        weight_bits: int | None = 8,
+        act_bits: int | None = 8,
+        act_signed: bool = True,
+        learn_scale: bool = True,
+        device: Any = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        nn.Conv2d.__init__(
+            self,
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
+        self._setup(weight_bits, act_bits, act_signed, learn_scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
+            raise ValueError(
+                f"Expected `x` of shape (N, {self.in_channels}, H, W) or ({self.in_channels}, H, "
+                f"W), but found shape {tuple(x.shape)}"
+            )
+        x = self._quantize_input(x)
+        return self._conv_forward(x, self.quantized_weight(x.dtype), self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{nn.Conv2d.extra_repr(self)}, {self._quant_repr()}"
+
+
+def _convert(old: nn.Linear | nn.Conv2d, **kwargs: Any) -> QuantLinear | QuantConv2d:
+    """The quantized twin of ``old`` (a plain Linear or Conv2d), sharing its parameters."""
+    weight: Tensor = old.weight
+    new: QuantLinear | QuantConv2d
+    if isinstance(old, nn.Linear):
+        new = QuantLinear(old.in_features, old.out_features, old.bias is not None, **kwargs)
+    else:
+        new = QuantConv2d(
+            old.in_channels,
+            old.out_channels,
+            old.kernel_size,
+            old.stride,
+            old.padding,
+            old.dilation,
+            old.groups,
+            old.bias is not None,
+            old.padding_mode,
+            **kwargs,
+        )
+    new.to(device=weight.device)
+    new.weight = old.weight  # the same Parameter objects: optimizers keep working
+    new.bias = old.bias
+    new.train(old.training)
+    if new.weight_quantizer is not None:
+        new.weight_quantizer.init_from(weight.detach())
+    return new
+
+
+def quantize_(
+    model: nn.Module,
+    *,
+    weight_bits: int | None = 8,
+    act_bits: int | None = 8,
+    skip: Iterable[str] = (),
+    act_signed: bool = True,
+    learn_scale: bool = True,
+) -> nn.Module:
+    r"""Swap every ``nn.Linear`` and ``nn.Conv2d`` of ``model`` for :class:`QuantLinear` /
+    :class:`QuantConv2d`, in place, keeping the trained weights.
+
+    The new layers share the old ``weight`` and ``bias`` *parameter objects* (an optimizer
+    made before keeps training them); their weight scales are initialised from those
+    weights, the activation scales from the first batch. Only layers whose type is exactly
+    ``nn.Linear`` or ``nn.Conv2d`` are swapped (subclasses, such as the projections inside
+    ``nn.MultiheadAttention``, which do not call their own forward, are left alone), and
+    hooks registered on a swapped layer are not carried over.
+
+    Args:
+        model: the model, changed in place (and returned).
+        weight_bits: weight bit width (per output channel), or ``None``.
+        act_bits: input bit width (per tensor), or ``None``.
+        skip: qualified names (as in ``model.named_modules()``) of layers, or of containers
+            whose layers, stay in floating point; ``"first"`` and ``"last"`` name the first
+            and last swappable layer (in ``named_modules()`` order), the customary
+            exclusion of the input and output layers.
+        act_signed: signed input ranges (default) or unsigned ones (every swapped layer
+            reads post-ReLU, non-negative inputs).
+        learn_scale: learn the step sizes (LSQ).
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> model = torch.nn.Sequential(
+        ...     torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
+        ...     torch.nn.Linear(16, 4))
+        >>> hg.nn.quantize_(model, weight_bits=4, act_bits=8, skip=["first", "last"])
+        Sequential(
+          (0): Linear(in_features=8, out_features=16, bias=True)
+          (1): ReLU()
+          (2): QuantLinear(
+            in_features=16, out_features=16, bias=True, weight_bits=4, act_bits=8
+            (weight_quantizer): Quantize(bits=4, signed=True, per_channel_dim=0, learn_scale=True)
+            (act_quantizer): Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)
+          )
+          (3): ReLU()
+          (4): Linear(in_features=16, out_features=4, bias=True)
+        )
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"Expected `model` to be a torch.nn.Module, but found {type(model).__name__}"
+        )
+    if isinstance(skip, str):
+        raise TypeError(
+            f"Expected `skip` to be an iterable of names, but found the string {skip!r} "
+            f"(write skip=[{skip!r}])"
+        )
+    names = list(skip)
+    # Check the settings once, with the messages naming these arguments.
+    _check_flag(act_signed, "act_signed")
+    _check_flag(learn_scale, "learn_scale")
+    _check_bits(weight_bits, "weight_bits", signed=True)
+    _check_bits(act_bits, "act_bits", signed=act_signed)
+    layers = [(name, m) for name, m in model.named_modules() if type(m) in (nn.Linear, nn.Conv2d)]
+    module_names = {name for name, _ in model.named_modules()}
+    skipped: set[str] = set()
+    for entry in names:
+        if not isinstance(entry, str):
+            raise TypeError(f"Expected `skip` to hold names, but found {type(entry).__name__}")
+        if entry in ("first", "last"):
+            if layers:
+                skipped.add(layers[0 if entry == "first" else -1][0])
+        elif entry in module_names:
+            skipped.add(entry)
+        else:
+            available = ", ".join(repr(n) for n, _ in layers[:12])
+            raise ValueError(
+                f"Expected every name in `skip` to be 'first', 'last' or a submodule of `model`, "
+                f"but found {entry!r}; its Linear/Conv2d layers: {available}"
+            )
+    kwargs = {
+        "weight_bits": weight_bits,
+        "act_bits": act_bits,
+        "act_signed": act_signed,
+        "learn_scale": learn_scale,
+    }
+    for name, layer in layers:
+        if any(name == s or name.startswith(s + ".") or s == "" for s in skipped):
+            continue
+        new = _convert(layer, **kwargs)
+        if name == "":
+            raise ValueError(
+                "Expected `model` to contain the layers to swap, but found a single "
+                f"{type(layer).__name__}: build hg.nn.{type(new).__name__} directly"
+            )
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, new)
+    return model
