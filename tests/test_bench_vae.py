@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from _spawn import run_ranks
 from hardgrad.bench import BenchSettings, run_tasks
 from hardgrad.bench._vae import (
     VAE,
@@ -237,9 +238,7 @@ def test_vae_bernoulli_ddp_ranks_end_identical() -> None:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager:
         out = manager.dict()
-        torch.multiprocessing.start_processes(
-            _ddp_worker, args=(2, _free_port(), out), nprocs=2, start_method="spawn"
-        )
+        run_ranks(_ddp_worker, (2, _free_port(), out), 2, lambda: len(out) == 2)
         results = dict(out)
     assert results[0]["world"] == 2 and results[1]["world"] == 2
     assert results[0]["digests"] == results[1]["digests"]  # bitwise-equal parameters

@@ -72,6 +72,7 @@ import torch
 from torch import Tensor
 
 import hardgrad as hg
+from _spawn import run_ranks
 from hardgrad.estimators import REBAR, RELAX, Reinforce
 
 pytestmark = pytest.mark.distributed
@@ -246,11 +247,11 @@ def _worker(rank: int, world: int, store: str, outdir: str) -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """``{"single": {kind: results}, "ranks": [{kind: results}, ...]}``."""
     outdir = tmp_path_factory.mktemp("ddp_e2e")
-    torch.multiprocessing.start_processes(
+    run_ranks(
         _worker,
-        args=(WORLD, str(outdir / "store"), str(outdir)),
-        nprocs=WORLD,
-        start_method="spawn",
+        (WORLD, str(outdir / "store"), str(outdir)),
+        WORLD,
+        lambda: all((outdir / f"rank{r}.pt").exists() for r in range(WORLD)),
     )
     ranks = [torch.load(outdir / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     assert not torch.distributed.is_initialized()

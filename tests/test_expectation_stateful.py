@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 import hardgrad as hg
+from _spawn import run_ranks
 from hardgrad.estimators import REBAR, RELAX, RLOO, Reinforce
 
 F64 = torch.float64
@@ -681,8 +682,11 @@ def _ddp_worker(rank: int, world: int, port: int, outdir: str) -> None:
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     outdir = tmp_path_factory.mktemp("ddp")
-    torch.multiprocessing.start_processes(
-        _ddp_worker, args=(2, _free_port(), str(outdir)), nprocs=2, start_method="spawn"
+    run_ranks(
+        _ddp_worker,
+        (2, _free_port(), str(outdir)),
+        2,
+        lambda: all((outdir / f"rank{r}.pt").exists() for r in range(2)),
     )
     return [torch.load(outdir / f"rank{r}.pt", weights_only=True) for r in range(2)]
 

@@ -11,6 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 import hardgrad as hg
+from _spawn import run_ranks
 
 
 def _grads(fn, x):
@@ -204,9 +205,7 @@ def test_quantize_init_is_averaged_across_ranks():
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager:
         out = manager.dict()
-        torch.multiprocessing.start_processes(
-            _init_worker, args=(2, _free_port(), out), nprocs=2, start_method="spawn"
-        )
+        run_ranks(_init_worker, (2, _free_port(), out), 2, lambda: len(out) == 2)
         scales = dict(out)
     expected = torch.tensor(2 * 1.5 / math.sqrt(7))
     torch.testing.assert_close(scales[0], expected)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import hardgrad as hg
+from _spawn import run_ranks
 
 
 def _batch(n: int = 32, d: int = 4, seed: int = 0) -> torch.Tensor:
@@ -201,10 +202,12 @@ def _worker(rank: int, world: int, store: str, outdir: str) -> None:
 
 @pytest.mark.distributed
 def test_ema_under_two_gloo_ranks_matches_one_process(tmp_path):
-    torch.multiprocessing.start_processes(
-        _worker, args=(WORLD, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD,
-        start_method="spawn",
-    )  # fmt: skip
+    run_ranks(
+        _worker,
+        (WORLD, str(tmp_path / "store"), str(tmp_path)),
+        WORLD,
+        lambda: all((tmp_path / f"rank{r}.pt").exists() for r in range(WORLD)),
+    )
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     single = _train(0, 1)
     for key in ("codebook", "cluster_size", "embed_sum"):
