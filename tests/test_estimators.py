@@ -530,8 +530,7 @@ def _bernoulli_case(est: Estimator, dtype: torch.dtype) -> tuple[Any, ...]:
     x = logits.clone().requires_grad_()
     b = hg.bernoulli(x, estimator=est, generator=torch.Generator().manual_seed(10))
     (grad,) = torch.autograd.grad(b, x, gbar)
-    two_class = torch.stack((torch.zeros_like(logits), logits), -1)
-    noise = est.noise(two_class, torch.Generator().manual_seed(10))
+    noise = est.bernoulli_noise(logits, torch.Generator().manual_seed(10))
     g = gumbel_of(noise).double()
     logistic = g[..., 1] - g[..., 0]  # a standard logistic variable
     return logits.double(), gbar.double(), b, grad, logistic

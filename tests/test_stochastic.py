@@ -146,16 +146,20 @@ def test_bernoulli_is_the_two_class_categorical_by_default():
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("shape", [(4, 5), (3,), ()], ids=str)
 def test_bernoulli_equals_categorical_on_zero_and_logits(name, shape, dtype, tol):
-    """hg.bernoulli(l) is hg.categorical(stack([0, l], -1))[..., 1] with the same noise:
-    the same values (discrete samples bit for bit) and, up to rounding, the same gradients,
-    for every estimator (some compute the binary case directly, in sigmoids)."""
+    """hg.bernoulli(l) is the estimator's categorical on stack([0, l], -1), class 1, with
+    the same noise (the estimator's bernoulli_noise: two Gumbels per unit, or (0, L) with
+    one logistic L = g1 - g0 where only that difference matters): the same values
+    (discrete samples bit for bit) and, up to rounding, the same gradients, for every
+    estimator (some compute the binary case directly, in sigmoids)."""
     logits = (torch.randn(shape, generator=gen(4), dtype=torch.float64) * 2).to(dtype)
     gbar = torch.randn(shape, generator=gen(5), dtype=torch.float64).to(dtype)
-    xb, xc = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    b = hg.bernoulli(xb, estimator=name, generator=gen(6))
-    c = hg.categorical(
-        torch.stack((torch.zeros_like(xc), xc), -1), estimator=name, generator=gen(6)
-    )
+    xb, xc, xp = (logits.clone().requires_grad_() for _ in range(3))
+    est = hg.estimators.resolve(name)
+    noise = est.bernoulli_noise(logits, gen(6))
+    public = hg.bernoulli(xp, estimator=name, generator=gen(6))
+    b = est.bernoulli(xb, noise)
+    assert torch.equal(public, b)  # hg.bernoulli: bernoulli_noise, then bernoulli
+    c = est.categorical(torch.stack((torch.zeros_like(xc), xc), -1), noise, xc.dim())
     if hg.estimators.get(name).discrete:
         assert torch.equal(b, c[..., 1])
     else:

@@ -147,8 +147,7 @@ def _sample_categorical(
 def _sample_bernoulli(
     tensor: Tensor, is_probs: bool, chosen: _estimators.Estimator, generator: torch.Generator | None
 ) -> Tensor:
-    two_class_like = tensor.unsqueeze(-1).expand(*tensor.shape, 2)  # a view: shape for the noise
-    noise = chosen.noise(two_class_like, generator)
+    noise = chosen.bernoulli_noise(tensor, generator)
     if is_probs:
         return chosen.bernoulli_probs(tensor, noise)
     return chosen.bernoulli(tensor, noise)

@@ -42,6 +42,11 @@ class Estimator(abc.ABC):
     #: The probability-space backward a built-in pathwise estimator uses with ``probs=``
     #: (see :mod:`hardgrad.estimators._probs`); ``None``: the chain rule through the logits.
     probs_kind: ClassVar[str | None] = None
+    #: Whether a Bernoulli sample may draw one logistic variable :math:`L` per unit instead
+    #: of two Gumbels: true for estimators whose two-class sample and backward depend on
+    #: the Gumbels only through :math:`g_1 - g_0` (Gumbel-max and softmax relaxations), for
+    #: which the noise ``(0, L)`` gives exactly the categorical estimator on ``[0, logits]``.
+    logistic_bernoulli_noise: ClassVar[bool] = False
 
     def noise(self, logits: Tensor, generator: torch.Generator | None) -> Any:
         """Draw the randomness one sample needs, shaped like ``logits`` (more for some).
@@ -51,9 +56,21 @@ class Estimator(abc.ABC):
         """
         return gumbel_noise(logits, generator)
 
+    def bernoulli_noise(self, logits: Tensor, generator: torch.Generator | None) -> Any:
+        r"""Draw the randomness one Bernoulli sample needs, for log-odds ``logits``.
+
+        By default what :meth:`noise` draws for the two-class logits ``[0, logits]``
+        (shape ``(*logits.shape, 2)``). With :attr:`logistic_bernoulli_noise`, the pair
+        ``(0, L)`` with one standard logistic :math:`L = \log u - \log(1 - u)` per unit,
+        distributed as the difference of two Gumbels: half the uniforms and logarithms.
+        """
+        if self.logistic_bernoulli_noise:
+            return logistic_pair(logits, generator)
+        return self.noise(logits.unsqueeze(-1).expand(*logits.shape, 2), generator)
+
     def bernoulli(self, logits: Tensor, noise: Any) -> Tensor:
-        """The {0, 1} sample for log-odds ``logits``, given the noise the two-class logits
-        ``[0, logits]`` (last dimension) would get.
+        """The {0, 1} sample for log-odds ``logits``, given :meth:`bernoulli_noise`: noise for
+        the two-class logits ``[0, logits]`` (last dimension).
 
         By definition the categorical estimator on ``[0, logits]``, class 1; this default
         computes exactly that. Estimators may override it with a direct binary form that
@@ -131,6 +148,20 @@ def uniform(
     if eager_plain(u):
         return u.clamp_(info.tiny, 1 - info.eps)  # one pass
     return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
+
+
+def logistic_pair(like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Two-class noise ``(0, L)`` shaped ``(*like.shape, 2)``, ``L = log u - log(1 - u)``
+    standard logistic (the law of :math:`g_1 - g_0` for two Gumbels); always finite."""
+    u = uniform(like, generator)
+    if not eager_plain(u):
+        logistic = u.log() - (-u).log1p()
+        return torch.stack((torch.zeros_like(logistic), logistic), -1)
+    pair = u.new_empty(*u.shape, 2)  # written in place: a stack costs more than the logs
+    pair[..., 0] = 0.0
+    log_u = torch.log(u)
+    torch.sub(log_u, u.neg_().log1p_(), out=pair[..., 1])
+    return pair
 
 
 def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -426,6 +426,7 @@ class ST(_Tempered):
         tensor([0., 1., 0.], grad_fn=<_StraightThroughSampleBackward>)
     """
 
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "st"
     probs_kind: ClassVar[str | None] = "st"
 
@@ -456,6 +457,7 @@ class STIdentity(Estimator):
         tensor([0., 1., 2., 3.])
     """
 
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "st_identity"
     probs_kind: ClassVar[str | None] = "identity"
 
@@ -489,6 +491,7 @@ class GumbelSoftmax(_Tempered):
         tensor(1.)
     """
 
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "gumbel_softmax"
     probs_kind: ClassVar[str | None] = "gumbel_softmax"
     discrete: ClassVar[bool] = False
@@ -529,6 +532,7 @@ class STGumbel(_Tempered):
         tensor([[1., 0., 0.]])
     """
 
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "st_gumbel"
     probs_kind: ClassVar[str | None] = "st_gumbel"
 
@@ -621,6 +625,7 @@ class ReinMax(_Tempered):
         ReinMax(tau=1.5)
     """
 
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "reinmax"
     probs_kind: ClassVar[str | None] = "reinmax"
 
@@ -668,6 +673,7 @@ class GST(_Tempered):
     """
 
     gap: float = 1.0
+    logistic_bernoulli_noise: ClassVar[bool] = True
     name: ClassVar[str] = "gst"
     probs_kind: ClassVar[str | None] = "gst"
 
