@@ -291,7 +291,7 @@ def bernoulli(
         >>> probs = torch.tensor([0.0, 0.3, 1.0], requires_grad=True)   # e.g. a hard sigmoid
         >>> b = hg.bernoulli(probs=probs, generator=torch.Generator().manual_seed(0))
         >>> b.sum().backward(); b.detach(), probs.grad   # "st" at tau = 1: db/dp = 1
-        (tensor([0., 0., 1.]), tensor([1., 1., 1.]))
+        (tensor([0., 1., 1.]), tensor([1., 1., 1.]))
     """
     tensor, is_probs = _one_of(logits, probs)
     _check_generator(generator)
