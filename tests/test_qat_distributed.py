@@ -15,7 +15,6 @@ import datetime
 import faulthandler
 import math
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 from torch import nn
 
 import hardgrad as hg
+from _spawn import run_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -81,34 +81,18 @@ def _train(rank: int, world: int, store: str, outdir: str) -> None:
 
 
 def _run_ranks(tmp_path: Path) -> None:
-    """Spawn the ranks and wait for their results. A rank that has written its results
-    but does not exit within ``LINGER_S`` is killed: in a pytest process that ran
-    torch.compile tests before, the spawned interpreters were seen (2 runs in 5, on a
-    loaded machine) to hang at exit after their work was done and saved."""
-    context = torch.multiprocessing.start_processes(
-        _worker,
-        args=(WORLD, str(tmp_path / "store"), str(tmp_path)),
-        nprocs=WORLD,
-        start_method="spawn",
-        join=False,
-    )
-    deadline = time.monotonic() + DEADLINE_S
+    """Spawn the ranks and wait for their results (:func:`_spawn.run_ranks`: ranks stuck at
+    exit after saving are killed, a run past ``DEADLINE_S`` fails). A rank still working
+    after 60 s writes its stack to ``stack<rank>.txt`` and exits."""
     results = [tmp_path / f"rank{r}.pt" for r in range(WORLD)]
-    finished: float | None = None
-    while not context.join(timeout=1):  # raises if a rank failed
-        if all(path.exists() for path in results):
-            finished = finished or time.monotonic()
-            if time.monotonic() - finished > LINGER_S:
-                for process in context.processes:  # done and saved, stuck in exit
-                    process.kill()
-                return
-        if time.monotonic() > deadline:  # a hang must fail, not stall CI
-            for process in context.processes:
-                process.kill()
-            stacks = [p.read_text() for p in sorted(tmp_path.glob("stack*.txt"))]
-            pytest.fail(
-                f"the {WORLD} ranks did not finish within {DEADLINE_S} s:\n" + "\n".join(stacks)
-            )
+    run_ranks(
+        _worker,
+        (WORLD, str(tmp_path / "store"), str(tmp_path)),
+        WORLD,
+        lambda: all(path.exists() for path in results),
+        linger_s=LINGER_S,
+        deadline_s=DEADLINE_S,
+    )
 
 
 def test_ranks_agree_on_scales_initialised_from_different_batches(tmp_path):

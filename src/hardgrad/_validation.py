@@ -170,3 +170,21 @@ def check_broadcastable_to(t: Tensor, shape: torch.Size, name: str, target: str 
             f"Expected `{name}` to be broadcastable to `{target}`'s shape {tuple(shape)}, "
             f"but found shape {tuple(t.shape)}"
         )
+
+
+def check_linear_input(x: Tensor, in_features: int) -> None:
+    """``x`` of a Linear-like layer: ``in_features`` in its last dimension."""
+    if x.shape[-1:] != (in_features,):
+        raise ValueError(
+            f"Expected `x` with {in_features} features in its last dimension, but "
+            f"found shape {tuple(x.shape)}"
+        )
+
+
+def check_conv2d_input(x: Tensor, in_channels: int) -> None:
+    """``x`` of a Conv2d-like layer: ``(N, C, H, W)`` or ``(C, H, W)`` with ``in_channels``."""
+    if x.dim() not in (3, 4) or x.shape[-3] != in_channels:
+        raise ValueError(
+            f"Expected `x` of shape (N, {in_channels}, H, W) or ({in_channels}, H, "
+            f"W), but found shape {tuple(x.shape)}"
+        )

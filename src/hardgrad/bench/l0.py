@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import nn as hgnn
+from ._seeds import train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from .data import Dataset, load_dataset
 
@@ -135,13 +135,6 @@ def train_and_evaluate(lam: float, data: Dataset, config: L0Config, seed: int) -
     }
 
 
-def _stat(values: list[float]) -> dict[str, float]:
-    return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-    }
-
-
 KEYS = (
     "accuracy",
     "gate_sparsity",
@@ -165,23 +158,17 @@ def run(settings: BenchSettings, config: L0Config, progress: Progress) -> TaskRe
         )
     data = load_dataset(settings.data, settings.seed)
     progress.start("l0", len(config.lambdas) * config.seeds)
-    threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(max(1, config.threads))
-    rows = []
-    try:
-        for lam in config.lambdas:
-            runs = []
-            for s in range(config.seeds):
-                progress.advance(f"lambda {lam}, seed {s + 1}/{config.seeds}", steps=0)
-                runs.append(train_and_evaluate(lam, data, config, settings.seed * 1000 + s))
-                progress.advance()
-            row: dict[str, Any] = {"lambda": lam, "runs": runs}
-            for key in KEYS:
-                row[key] = _stat([float(r[key]) for r in runs])
-            rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
+    rows = train_over_seeds(
+        config.lambdas,
+        lambda lam, seed: train_and_evaluate(lam, data, config, seed),
+        seeds=config.seeds,
+        base_seed=settings.seed,
+        keys=KEYS,
+        label="lambda",
+        progress=progress,
+        threads=config.threads,
+        describe=lambda lam: f"lambda {lam}",
+    )
     progress.finish()
     table = Table(
         title=f"L0 pruning on {data.name} (test set, {config.seeds} seed(s), {config.steps} steps)",

@@ -66,6 +66,7 @@ from .. import routing
 from ..diagnostics import compare
 from ..diagnostics._compare import summarize
 from ..diagnostics._routing import routing_exact_gradient
+from ._seeds import mean_std
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["ESTIMATORS", "MoEConfig", "default_config", "make_data", "run", "train_one"]
@@ -392,12 +393,6 @@ def interleaved_times(config: MoEConfig, data: Data, seed: int) -> dict[str, flo
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _stat(values: list[float]) -> dict[str, float]:
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"mean": mean, "std": std}
-
-
 def _fmt(stat: dict[str, float], digits: int = 3, scale: float = 1.0) -> str:
     mean, std = scale * stat["mean"], scale * stat["std"]
     if std > 0:
@@ -546,7 +541,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
             row: dict[str, Any] = {"estimator": name, "runs": runs}
             for key in ("cosine", "bias", "std", "accuracy", "test_mse", "ms_per_step"):
                 values = [float(r[key]) for r in runs if not math.isnan(float(r[key]))]
-                row[key] = _stat(values) if values else {"mean": math.nan, "std": 0.0}
+                row[key] = mean_std(values) if values else {"mean": math.nan, "std": 0.0}
             row["zero_gradient_probes"] = sum(r["zero_gradient_probes"] for r in runs)
             row["flops"] = _flops(name, config)
             rows[name] = row

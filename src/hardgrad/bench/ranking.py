@@ -25,15 +25,14 @@ over lists), the share of lists ranked exactly right, and the time per step.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .. import sorting
+from ._seeds import train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["METHODS", "RankingConfig", "default_config", "run", "train_and_evaluate"]
@@ -159,13 +158,6 @@ def train_and_evaluate(
     }
 
 
-def _stat(values: list[float]) -> dict[str, float]:
-    return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-    }
-
-
 @task(
     "ranking",
     "learning to rank with soft_rank and rank (soft, NeuralSort, SoftSort backwards)",
@@ -182,23 +174,16 @@ def run(settings: BenchSettings, config: RankingConfig, progress: Progress) -> T
             raise ValueError(f"Unknown method {m!r} in `methods`; available: {', '.join(METHODS)}")
     data = make_data(config, settings.seed)
     progress.start("ranking", len(config.methods) * config.seeds)
-    threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(max(1, config.threads))
-    rows = []
-    try:
-        for method in config.methods:
-            runs = []
-            for s in range(config.seeds):
-                progress.advance(f"{method}, seed {s + 1}/{config.seeds}", steps=0)
-                runs.append(train_and_evaluate(method, data, config, settings.seed * 1000 + s))
-                progress.advance()
-            row: dict[str, Any] = {"method": method, "runs": runs}
-            for key in ("spearman", "exact", "ms_per_step"):
-                row[key] = _stat([float(r[key]) for r in runs])
-            rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
+    rows = train_over_seeds(
+        config.methods,
+        lambda method, seed: train_and_evaluate(method, data, config, seed),
+        seeds=config.seeds,
+        base_seed=settings.seed,
+        keys=("spearman", "exact", "ms_per_step"),
+        label="method",
+        progress=progress,
+        threads=config.threads,
+    )
     progress.finish()
     table = Table(
         title=f"Learning to rank {config.items} items (test set, {config.seeds} seed(s), "

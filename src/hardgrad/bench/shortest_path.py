@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import solvers
+from ._seeds import train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["METHODS", "ShortestPathConfig", "default_config", "grid_shortest_path", "run"]
@@ -273,13 +273,6 @@ def train_and_evaluate(
     return {"regret": regret, "optimal": optimal, "ms_per_step": ms}
 
 
-def _stat(values: list[float]) -> dict[str, float]:
-    return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-    }
-
-
 def _tables(rows: list[dict[str, Any]], config: ShortestPathConfig) -> list[Table]:
     table = Table(
         title=f"Shortest path on a {config.grid}×{config.grid} grid (test set, "
@@ -343,24 +336,19 @@ def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress)
             raise ValueError(f"Unknown method {m!r} in `methods`; available: {', '.join(METHODS)}")
     data = make_data(config, settings.seed)
     progress.start("shortest-path", len(config.methods) * config.seeds)
-    threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(max(1, config.threads))
-    rows = []
-    try:
-        for method in config.methods:
-            runs = []
-            for s in range(config.seeds):
-                progress.advance(f"{method}, seed {s + 1}/{config.seeds}", steps=0)
-                runs.append(train_and_evaluate(method, data, config, settings.seed * 1000 + s))
-                progress.advance()
-            row: dict[str, Any] = {"method": method, "runs": runs}
-            for key in ("regret", "optimal", "ms_per_step"):
-                row[key] = _stat([float(r[key]) for r in runs])
-            rows.append(row)
-            progress.log(f"{method}: regret {100 * row['regret']['mean']:.2f} %")
-    finally:
-        torch.set_num_threads(threads)
+    rows = train_over_seeds(
+        config.methods,
+        lambda method, seed: train_and_evaluate(method, data, config, seed),
+        seeds=config.seeds,
+        base_seed=settings.seed,
+        keys=("regret", "optimal", "ms_per_step"),
+        label="method",
+        progress=progress,
+        threads=config.threads,
+        on_row=lambda row: progress.log(
+            f"{row['method']}: regret {100 * row['regret']['mean']:.2f} %"
+        ),
+    )
     progress.finish()
     figures: list[str] = []
     if settings.out is not None and config.plot:

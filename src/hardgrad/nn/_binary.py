@@ -18,7 +18,12 @@ from torch import Tensor, nn
 from .. import ops
 from .. import surrogates as _surrogates
 from .._checkpoint import SettingsInState
-from .._validation import check_floating, check_positive
+from .._validation import (
+    check_conv2d_input,
+    check_floating,
+    check_linear_input,
+    check_positive,
+)
 from ._hard import SurrogateLike
 
 #: The weight formats of the binary layers.
@@ -167,11 +172,7 @@ class BinaryLinear(_BinaryLayer, nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         x = self._input(x)
-        if x.shape[-1:] != (self.in_features,):
-            raise ValueError(
-                f"Expected `x` with {self.in_features} features in its last dimension, but "
-                f"found shape {tuple(x.shape)}"
-            )
+        check_linear_input(x, self.in_features)
         return F.linear(x, self.quantized_weight(), self.bias)
 
     def extra_repr(self) -> str:
@@ -245,11 +246,7 @@ class BinaryConv2d(_BinaryLayer, nn.Conv2d):
 
     def forward(self, x: Tensor) -> Tensor:
         x = self._input(x)
-        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(
-                f"Expected `x` of shape (N, {self.in_channels}, H, W) or ({self.in_channels}, H, "
-                f"W), but found shape {tuple(x.shape)}"
-            )
+        check_conv2d_input(x, self.in_channels)
         return self._conv_forward(x, self.quantized_weight(), self.bias)
 
     def extra_repr(self) -> str:

@@ -15,7 +15,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checkpoint import SettingsInState
-from .._validation import check_floating, check_int
+from .._validation import (
+    check_conv2d_input,
+    check_floating,
+    check_int,
+    check_linear_input,
+)
 from ._quantize import Quantize
 
 
@@ -232,11 +237,7 @@ class QuantLinear(_QuantLayer, nn.Linear):
         self._setup(weight_bits, act_bits, act_signed, learn_scale)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1:] != (self.in_features,):
-            raise ValueError(
-                f"Expected `x` with {self.in_features} features in its last dimension, but "
-                f"found shape {tuple(x.shape)}"
-            )
+        check_linear_input(x, self.in_features)
         x = self._quantize_input(x)
         return F.linear(x, self.quantized_weight(x.dtype), self.bias)
 
@@ -304,11 +305,7 @@ class QuantConv2d(_QuantLayer, nn.Conv2d):
         self._setup(weight_bits, act_bits, act_signed, learn_scale)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(
-                f"Expected `x` of shape (N, {self.in_channels}, H, W) or ({self.in_channels}, H, "
-                f"W), but found shape {tuple(x.shape)}"
-            )
+        check_conv2d_input(x, self.in_channels)
         x = self._quantize_input(x)
         return self._conv_forward(x, self.quantized_weight(x.dtype), self.bias)
 
