@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_floating, check_int, check_positive
-from .ops._autograd import apply_function, cached_signature
+from .ops._autograd import apply_function, cached_signature, forward_mode
 
 __all__ = [
     "IMLE_NOISES",
@@ -376,6 +376,86 @@ class _Identity(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
+
+
+# --------------------------------------------------------------------------- forward mode
+# The perturbed optimizer's and identity's backwards are linear maps of the incoming
+# gradient (Jacobians, estimated or surrogate), so their forward-mode twins apply the
+# transposed map to the tangent. I-MLE's and blackbox's backwards solve a problem moved
+# by the gradient itself: not linear in it, so no Jacobian and no JVP exists.
+
+
+@forward_mode(_Perturbed)
+@cached_signature
+class _PerturbedJVP(_Perturbed):
+    r""":math:`\dot y = \frac{1}{M\sigma}\sum_m y_m \langle s_m, \dot\theta\rangle`, the
+    transpose of backward's :math:`\frac{1}{M\sigma}\sum_m s_m \langle g, y_m\rangle` (:math:`s_m`
+    the noise's score)."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _Perturbed.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], output[1])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_rest: Any) -> tuple[Tensor, None]:
+        noise, ys = ctx.saved_tensors
+        score = noise if ctx.kind == "normal" else 1.0 - torch.exp(-noise)
+        inner = _inner(opmath(tangent).unsqueeze(0), score)
+        return (inner * ys).mean(0).div(ctx.sigma).to(tangent.dtype), None
+
+
+@forward_mode(_PerturbedFenchelYoung)
+@cached_signature
+class _PerturbedFenchelYoungJVP(_PerturbedFenchelYoung):
+    r""":math:`\dot L = \langle y_\sigma(\theta) - t, \dot\theta\rangle` per row (the target
+    held constant, as in backward)."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _PerturbedFenchelYoung.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], output[1])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_rest: Any) -> tuple[Tensor, None]:
+        target, mean = ctx.saved_tensors
+        t = opmath(tangent) * (mean - opmath(target))
+        value = t.sum(dim=tuple(range(1, t.dim()))) if t.dim() > 1 else t
+        return value.to(tangent.dtype), None
+
+
+@forward_mode(_Identity)
+@cached_signature
+class _IdentityJVP(_Identity):
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, _solver: Any) -> Tensor:
+        return tangent
+
+
+def _no_jvp(name: str) -> type:
+    """A forward-mode twin that explains why there is none."""
+
+    def jvp(ctx: Any, *_args: Any) -> Any:
+        raise NotImplementedError(
+            f"{name}'s backward is not linear in the incoming gradient (it calls the solver at "
+            "scores moved by that gradient), so it has no Jacobian and forward mode "
+            "(torch.func.jvp, jacfwd, forward_ad) cannot be defined; use reverse mode "
+            "(backward, torch.func.grad, vjp, jacrev)"
+        )
+
+    return staticmethod(jvp)  # type: ignore[return-value]
+
+
+@forward_mode(_IMLE)
+@cached_signature
+class _IMLENoJVP(_IMLE):
+    jvp = _no_jvp("hg.imle")
+
+
+@forward_mode(_Blackbox)
+@cached_signature
+class _BlackboxNoJVP(_Blackbox):
+    jvp = _no_jvp("hg.blackbox")
 
 
 # --------------------------------------------------------------------------- layers

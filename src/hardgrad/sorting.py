@@ -18,13 +18,14 @@ gradient of a chosen relaxation: ``backward="soft"`` (the isotonic soft sort/ran
 
 Isotonic regression: the projections reduce to
 :math:`\arg\min_{v_1 \ge \dots \ge v_n} \sum_i \ell_i(v_i)`, whose solution is piecewise
-constant on blocks. Pool-adjacent-violators (PAV) solves it in :math:`O(n)` after an
-:math:`O(n \log n)` sort, sequentially; here it is solved with the equivalent min-max
-formula :math:`v_i = \min_{j \le i}\max_{k \ge i} m(j, k)` (:math:`m(j, k)` the solution
-on the block :math:`j..k`), which is :math:`O(n^2)` in time and memory per row but a
-handful of batched tensor operations: no Python loop, so it runs on any device, under
-``torch.compile`` and ``torch.func``, and autograd differentiates it exactly (the selected
-block's mean, as PAV's Jacobian). Use it for rows of up to a few thousand entries.
+constant on blocks. :mod:`hardgrad._isotonic` finds the blocks by pool-adjacent-violators
+(PAV, :math:`O(n)` per row after the :math:`O(n \log n)` sort; a Python scan on the CPU,
+wrapped as an operator that ``torch.compile`` and ``torch.vmap`` accept) for rows of
+:data:`~hardgrad._isotonic.PAV_MIN_LENGTH` entries or more, and for shorter rows by the
+equivalent min-max formula :math:`v_i = \min_{j \le i}\max_{k \ge i} m(j, k)`
+(:math:`m(j, k)` the solution on the block :math:`j..k`; :math:`O(n^2)` but a handful of
+batched kernels on the input's device). Autograd differentiates the blocks' statistics
+exactly: PAV's Jacobian (the block's mean).
 Computed in float32 for half types (and returned in the input's dtype).
 The relaxations read NaN as 0 and cap magnitudes at the dtype's maximum over :math:`8n`
 (beyond every regularisation's reach), so every result and gradient is finite for any
@@ -39,9 +40,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._isotonic import block_statistics
 from ._kernels import opmath
 from ._validation import check_dim, check_floating, check_positive, check_real
-from .ops._autograd import apply_function, cached_signature
+from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 
 __all__ = [
     "REGULARIZATIONS",
@@ -94,96 +96,18 @@ def _check_input(x: Any, dim: Any, name: str = "x") -> int:
 # --------------------------------------------------------------------------- isotonic
 
 
-def _suffix_logsumexp(a: Tensor) -> Tensor:
-    """``out[..., j] = log sum_{t >= j} exp(a[..., t])``, with a ``-inf`` appended."""
-    r = torch.logcumsumexp(a.flip(-1), -1).flip(-1)
-    return torch.cat([r, torch.full_like(r[..., :1], -torch.inf)], -1)
-
-
-def _range_logsumexp(a: Tensor) -> Tensor:
-    r"""``out[..., j, k] = log sum_{t=j}^{k} exp(a_t)`` for ``j <= k`` (finite garbage-free
-    values elsewhere are not guaranteed): :math:`R_j + \log(1 - e^{R_{k+1} - R_j})` with
-    the suffix sums :math:`R`, accurate for decreasing ``a`` (where :math:`R_{k+1} \ll R_j`)."""
-    r = _suffix_logsumexp(a)
-    n = a.shape[-1]
-    head = r[..., :n].unsqueeze(-1)  # R_j, along rows
-    tail = r[..., 1:].unsqueeze(-2)  # R_{k+1}, along columns
-    gap = (tail - head).clamp_max(0.0)
-    tiny = torch.finfo(a.dtype).tiny
-    out = head + torch.log((-torch.expm1(gap)).clamp_min(tiny))
-    # A block of one is a_j itself, bit for bit and with derivative exactly 1 (the suffix
-    # sums' own rounding, an ulp of a large a_j, would otherwise leak into the gradient).
-    idx = torch.arange(n, device=a.device)
-    return torch.where(idx.unsqueeze(-1) == idx, a.unsqueeze(-2), out)
-
-
-def _range_mean(y: Tensor) -> Tensor:
-    """``out[..., j, k] = mean(y[..., j:k+1])`` for ``j <= k`` (0 elsewhere): cumulative sums
-    of the rows masked before ``j`` (no differences of prefix sums, so no cancellation)."""
-    n = y.shape[-1]
-    idx = torch.arange(n, device=y.device)
-    keep = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
-    # Sums of y / 2^m (2^m >= n, an exact scaling), then times 2^m / count: no overflow for
-    # entries up to half the dtype's max, and a block of one is y itself, bit for bit.
-    power = float(2 ** max(n - 1, 0).bit_length())
-    scaled = y / power
-    sums = torch.where(keep, scaled.unsqueeze(-2), torch.zeros_like(y).unsqueeze(-2)).cumsum(-1)
-    counts = (idx - idx.unsqueeze(-1) + 1).clamp_min(1).to(y.dtype)
-    return sums * (power / counts)
-
-
-def _min_max(block: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    r""":math:`v_i = \min_{j \le i} \max_{k \ge i} m(j, k)` from the block values
-    ``block[..., j, k]`` (only ``j <= k`` read), with the block :math:`[j_i, k_i]` that
-    attains it (``v_i = block[j_i, k_i]``)."""
-    n = block.shape[-1]
-    idx = torch.arange(n, device=block.device)
-    upper = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
-    low = torch.where(upper, block, torch.full_like(block, -torch.inf))
-    # a[j, i] = max_{k >= i} m(j, k): a reverse running maximum along k.
-    running = torch.cummax(low.flip(-1), -1)
-    a = running.values.flip(-1)
-    k_of = (n - 1) - running.indices.flip(-1)
-    a = torch.where(upper, a, torch.full_like(a, torch.inf))  # keep j <= i only
-    v, j = a.min(-2)
-    k = k_of.gather(-2, j.unsqueeze(-2)).squeeze(-2)
-    return v, j, k
-
-
-def _pick(m: Tensor, j: Tensor, k: Tensor) -> Tensor:
-    """``m[..., j_i, k_i]`` for every ``i``."""
-    rows = m.gather(-2, j.unsqueeze(-1).expand(*j.shape, m.shape[-1]))
-    return rows.gather(-1, k.unsqueeze(-1)).squeeze(-1)
-
-
-def _blocks(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""The block statistics of :math:`s` and :math:`w` (range means for ``"l2"``, range
-    log-sum-exps for ``"kl"``) and each entry's block ``(j, k)`` in the decreasing isotonic
-    solution of Blondel et al.'s (2020) dual: ``"l2"``:
-    :math:`\arg\min_{v\downarrow} \frac12\lVert v - (s - w)\rVert^2`; ``"kl"``:
-    :math:`\arg\min_{v\downarrow} \langle e^{s - v}, 1\rangle + \langle e^w, v\rangle`,
-    whose block value is :math:`\log\sum_B e^{s} - \log\sum_B e^{w}`."""
-    if regularization == "l2":
-        ms, mw = _range_mean(s), _range_mean(w)
-    else:
-        ms, mw = _range_logsumexp(s), _range_logsumexp(w)
-    with torch.no_grad():
-        _, j, k = _min_max(ms - mw)
-    return ms, mw, j, k
-
-
 def _isotonic(s: Tensor, w: Tensor, regularization: str) -> Tensor:
-    """The isotonic solution :math:`v` itself (see :func:`_blocks`)."""
-    ms, mw, j, k = _blocks(s, w, regularization)
-    return _pick(ms, j, k) - _pick(mw, j, k)
+    """The decreasing isotonic solution :math:`v` itself (see :mod:`hardgrad._isotonic`)."""
+    stat_s, stat_w = block_statistics(s, w, regularization)
+    return stat_s - stat_w
 
 
 def _primal(s: Tensor, w: Tensor, regularization: str) -> Tensor:
     r""":math:`s - v` without cancellation: :math:`(s_i - \bar s_B) + \bar w_B` over each
     entry's block :math:`B` (log-sum-exps for ``"kl"``), so that a block of one gives
     :math:`w_i` bit for bit however large :math:`s` is."""
-    ms, mw, j, k = _blocks(s, w, regularization)
-    return (s - _pick(ms, j, k)) + _pick(mw, j, k)
+    stat_s, stat_w = block_statistics(s, w, regularization)
+    return (s - stat_s) + stat_w
 
 
 def isotonic_regression(y: Tensor, *, dim: int = -1, increasing: bool = True) -> Tensor:
@@ -193,9 +117,10 @@ def isotonic_regression(y: Tensor, *, dim: int = -1, increasing: bool = True) ->
 
         v = \arg\min_{v_1 \le v_2 \le \dots \le v_n} \tfrac12 \lVert v - y \rVert^2
 
-    (:math:`\ge` with ``increasing=False``), by the min-max formula
-    :math:`v_i = \max_{j \le i} \min_{k \ge i} \bar y_{j..k}` (the same solution as
-    pool-adjacent-violators; :math:`O(n^2)` per row, see :mod:`hardgrad.sorting`).
+    (:math:`\ge` with ``increasing=False``), by pool-adjacent-violators (:math:`O(n)` per
+    row) or, for rows shorter than :data:`~hardgrad._isotonic.PAV_MIN_LENGTH`, the
+    equivalent min-max formula :math:`v_i = \max_{j \le i} \min_{k \ge i} \bar y_{j..k}`
+    (see :mod:`hardgrad.sorting`).
     Differentiable: the gradient of :math:`v_i` is :math:`1/|B|` on the entries of
     :math:`i`'s block :math:`B`.
 
@@ -513,6 +438,28 @@ class _SortWithBackward(torch.autograd.Function):
         return (g + 0.0).to(grad.dtype), None, None, None, None, None  # (+ 0.0: no -0.0)
 
 
+@forward_mode(_SortWithBackward)
+@cached_signature
+class _SortWithBackwardJVP(_SortWithBackward):
+    """Forward mode: the tangent times the relaxation's Jacobian (its JVP), the transpose
+    of what backward applies."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _SortWithBackward.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_settings: Any) -> Tensor:
+        (x,) = ctx.saved_tensors
+        what, backward, descending, strength, reg = ctx.settings
+
+        def relaxed(z: Tensor) -> Tensor:
+            return _relaxed(z, what, backward, descending, strength, reg)
+
+        return (jvp_by_reverse_mode(relaxed, opmath(x), opmath(tangent)) + 0.0).to(tangent.dtype)
+
+
 def _check_hard(
     x: Any, dim: Any, descending: Any, backward: Any, strength: Any, regularization: Any
 ) -> int:
@@ -549,7 +496,8 @@ def sort(
     every relaxation as ``strength`` goes to 0. A relaxation spreads the gradient across
     entries near in value, which is what learning to rank and sort needs.) Biased (the
     gradient of a smoothed function). Only ``x`` is saved; the relaxation is recomputed in
-    backward (:math:`O(n^2)` per row).
+    backward (:math:`O(n)` memory per row for ``"soft"`` from
+    :data:`~hardgrad._isotonic.PAV_MIN_LENGTH` entries on, :math:`O(n^2)` otherwise).
 
     Args:
         x: floating tensor.

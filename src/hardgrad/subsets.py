@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_dim, check_floating, check_int, check_positive
-from .ops._autograd import apply_function, cached_signature
+from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 
 __all__ = ["SUBSET_ESTIMATORS", "k_subset_marginals", "relaxed_topk", "subset"]
 
@@ -221,6 +221,24 @@ class _HardWithRelaxedBackward(torch.autograd.Function):
         vjp = torch.func.vjp(lambda t: ctx.relaxed(t, noise), opmath(logits))[1]
         (g,) = vjp(opmath(grad))
         return g.to(grad.dtype), None, None, None
+
+
+@forward_mode(_HardWithRelaxedBackward)
+@cached_signature
+class _HardWithRelaxedBackwardJVP(_HardWithRelaxedBackward):
+    """Forward mode: the JVP of ``relaxed(logits, noise)`` in ``logits``."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _HardWithRelaxedBackward.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], inputs[1])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_rest: Any) -> Tensor:
+        logits, noise = ctx.saved_tensors
+        relaxed = ctx.relaxed
+        t = jvp_by_reverse_mode(lambda z: relaxed(z, noise), opmath(logits), opmath(tangent))
+        return t.to(tangent.dtype)
 
 
 def _gumbel_hard(logits: Tensor, noise: Tensor, k: int) -> Tensor:

@@ -83,6 +83,17 @@ def forward_mode(traceable: type[F]) -> Callable[[type[G]], type[G]]:
     return register
 
 
+def jvp_by_reverse_mode(fn: Callable[[Tensor], Tensor], x: Tensor, tangent: Tensor) -> Tensor:
+    """``J t`` for the Jacobian ``J`` of ``fn`` at ``x``, by reverse mode twice: the VJP
+    ``u -> J^T u`` is linear in ``u``, and its own VJP at any ``u`` applied to ``t`` is
+    ``J t``. For the ``jvp`` of a Function whose backward is a smooth map's VJP: a nested
+    ``torch.func.jvp`` would fail inside a ``torch.autograd.forward_ad`` dual level."""
+    out, pullback = torch.func.vjp(fn, x)[:2]
+    transpose = torch.func.vjp(lambda u: pullback(u)[0], torch.zeros_like(out))[1]
+    result: Tensor = transpose(tangent)[0]
+    return result
+
+
 def has_tangent(x: Tensor) -> bool:
     """Whether ``x`` carries a forward-mode tangent: a dual tensor of
     ``torch.autograd.forward_ad`` or a tensor inside a ``torch.func`` transform (which may

@@ -1,0 +1,266 @@
+r"""Isotonic regression for the soft sorts: which entries pool into one block, and the
+blocks' values.
+
+Papers: Blondel et al. (2020), "Fast Differentiable Sorting and Ranking",
+https://arxiv.org/abs/2002.08871 (the soft sort and rank are isotonic regressions);
+pool-adjacent-violators: Best & Chakravarti (1990), "Active set algorithms for isotonic
+regression; a unifying framework", https://doi.org/10.1007/BF01580873.
+
+The problems, row by row (last dimension), with a decreasing solution:
+
+* ``"l2"``: :math:`v = \arg\min_{v_1 \ge \dots \ge v_n} \tfrac12 \lVert v - (s - w)\rVert^2`,
+  block value :math:`\bar s_B - \bar w_B` (means over the block :math:`B`);
+* ``"kl"``: :math:`v = \arg\min_{v\downarrow} \langle e^{s - v}, 1\rangle + \langle e^w, v\rangle`,
+  block value :math:`\log\sum_B e^{s} - \log\sum_B e^{w}`.
+
+The solution is constant on blocks of consecutive entries. Finding the blocks is the only
+non-smooth step, done without gradient in one of two ways:
+
+* pool-adjacent-violators (PAV): a left-to-right scan that merges a new entry's block with
+  its predecessors while their values violate the order; :math:`O(n)` per row, a Python
+  scan run as the opaque operator ``hardgrad::isotonic_blocks`` (so ``torch.compile``
+  keeps one graph and ``torch.vmap`` batches it), on the CPU in float64;
+* the min-max formula :math:`v_i = \min_{j \le i}\max_{k \ge i} m(j, k)` (:math:`m(j, k)`
+  the value of the block :math:`j..k`): a handful of batched tensor operations on the
+  input's device, but :math:`O(n^2)` time and memory per row.
+
+:func:`block_statistics` uses the min-max formula for rows shorter than
+:data:`PAV_MIN_LENGTH` (CPU; :data:`PAV_MIN_LENGTH_ACCELERATOR` elsewhere), where its
+batched kernels beat a Python scan, and PAV from there on, and returns each entry's block statistics (means or log-sum-exps of ``s`` and ``w``
+over its block) as differentiable tensors: autograd gives PAV's Jacobian exactly,
+:math:`1/|B|` on the block's entries (``"l2"``) or their :math:`\operatorname{softmax}_B`
+(``"kl"``). The min-max path picks the statistics out of the :math:`n \times n` tables of
+all blocks' statistics; the PAV path sums over the blocks (scatter-add), in
+:math:`O(n)` memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["PAV_MIN_LENGTH", "PAV_MIN_LENGTH_ACCELERATOR", "block_statistics"]
+
+#: CPU rows of at least this many entries find their blocks by pool-adjacent-violators
+#: (:math:`O(n)`, a Python scan); shorter rows by the batched min-max formula
+#: (:math:`O(n^2)`). Measured on 2 CPU cores (soft_rank forward and backward): PAV is
+#: faster from 32 entries at batches up to 64 (n = 64: 1.7 vs 3.5 ms at batch 64; n = 128:
+#: 3.0 vs 24 ms; n = 1024: 20 ms vs 3.3 s), the min-max formula below.
+PAV_MIN_LENGTH = 32
+#: The same threshold for tensors on other devices, where PAV also pays a copy to the CPU
+#: and back and the min-max formula's kernels run in parallel. Not measured on a GPU yet.
+PAV_MIN_LENGTH_ACCELERATOR = 256
+
+
+# --------------------------------------------------------------------------- PAV
+
+
+def _pav_l2(y: list[float]) -> list[int]:
+    """Block starts of the decreasing least-squares fit of ``y``, one per entry."""
+    starts: list[int] = []
+    totals: list[float] = []
+    counts: list[int] = []
+    for i, total in enumerate(y):
+        start, count = i, 1
+        # Merge while the previous block's mean is below this block's (v must decrease).
+        while totals and totals[-1] / counts[-1] < total / count:
+            start = starts.pop()
+            total += totals.pop()
+            count += counts.pop()
+        starts.append(start)
+        totals.append(total)
+        counts.append(count)
+    return _expand(starts, counts)
+
+
+def _log_add_exp(a: float, b: float) -> float:
+    if a < b:
+        a, b = b, a
+    return a + math.log1p(math.exp(b - a))
+
+
+def _pav_kl(s: list[float], w: list[float]) -> list[int]:
+    """Block starts of the decreasing ``"kl"`` isotonic solution, one per entry."""
+    starts: list[int] = []
+    tops: list[float] = []  # log sum_B e^s
+    bottoms: list[float] = []  # log sum_B e^w
+    counts: list[int] = []
+    for i, (top, bottom) in enumerate(zip(s, w, strict=True)):
+        start, count = i, 1
+        while tops and tops[-1] - bottoms[-1] < top - bottom:
+            start = starts.pop()
+            top = _log_add_exp(top, tops.pop())
+            bottom = _log_add_exp(bottom, bottoms.pop())
+            count += counts.pop()
+        starts.append(start)
+        tops.append(top)
+        bottoms.append(bottom)
+        counts.append(count)
+    return _expand(starts, counts)
+
+
+def _expand(starts: list[int], counts: list[int]) -> list[int]:
+    out: list[int] = []
+    for start, count in zip(starts, counts, strict=True):
+        out.extend([start] * count)
+    return out
+
+
+@torch.library.custom_op("hardgrad::isotonic_blocks", mutates_args=())
+def _pav_blocks(s: Tensor, w: Tensor, kl: bool) -> Tensor:
+    """PAV's block start of every entry of the rows of ``s`` and ``w`` (int64, ``s``'s shape
+    and device), computed on the CPU in float64."""
+    n = s.shape[-1]
+    rows_s = s.detach().reshape(-1, n).to("cpu", torch.float64)
+    rows_w = w.detach().reshape(-1, n).to("cpu", torch.float64)
+    if kl:
+        starts = [_pav_kl(a, b) for a, b in zip(rows_s.tolist(), rows_w.tolist(), strict=True)]
+    else:
+        # y = s - w over a power of two >= 2n: every block's sum stays finite for any
+        # finite entries, and the scaling changes no comparison of means.
+        scale = 2.0 ** -(2 * n).bit_length()
+        y = (rows_s * scale - rows_w * scale).tolist()
+        starts = [_pav_l2(row) for row in y]
+    out = torch.tensor(starts, dtype=torch.int64).reshape(s.shape)
+    return out.to(s.device)
+
+
+@_pav_blocks.register_fake
+def _(s: Tensor, w: Tensor, kl: bool) -> Tensor:
+    return torch.empty(s.shape, dtype=torch.int64, device=s.device)
+
+
+@torch.library.register_vmap("hardgrad::isotonic_blocks")  # type: ignore[untyped-decorator]
+def _(info: Any, in_dims: tuple[int | None, ...], s: Tensor, w: Tensor, kl: bool) -> Any:
+    # Rows are independent: move the batched dimension to the front of both and run once.
+    s_dim, w_dim = in_dims[0], in_dims[1]
+    size = info.batch_size
+    s = s.movedim(s_dim, 0) if s_dim is not None else s.expand(size, *s.shape)
+    w = w.movedim(w_dim, 0) if w_dim is not None else w.expand(size, *w.shape)
+    s, w = torch.broadcast_tensors(s, w)
+    return _pav_blocks(s.contiguous(), w.contiguous(), kl), 0
+
+
+# --------------------------------------------------------------------------- min-max
+
+
+def _suffix_logsumexp(a: Tensor) -> Tensor:
+    """``out[..., j] = log sum_{t >= j} exp(a[..., t])``, with a ``-inf`` appended."""
+    r = torch.logcumsumexp(a.flip(-1), -1).flip(-1)
+    return torch.cat([r, torch.full_like(r[..., :1], -torch.inf)], -1)
+
+
+def _range_logsumexp(a: Tensor) -> Tensor:
+    r"""``out[..., j, k] = log sum_{t=j}^{k} exp(a_t)`` for ``j <= k`` (finite garbage-free
+    values elsewhere are not guaranteed): :math:`R_j + \log(1 - e^{R_{k+1} - R_j})` with
+    the suffix sums :math:`R`, accurate for decreasing ``a`` (where :math:`R_{k+1} \ll R_j`)."""
+    r = _suffix_logsumexp(a)
+    n = a.shape[-1]
+    head = r[..., :n].unsqueeze(-1)  # R_j, along rows
+    tail = r[..., 1:].unsqueeze(-2)  # R_{k+1}, along columns
+    gap = (tail - head).clamp_max(0.0)
+    tiny = torch.finfo(a.dtype).tiny
+    out = head + torch.log((-torch.expm1(gap)).clamp_min(tiny))
+    # A block of one is a_j itself, bit for bit and with derivative exactly 1 (the suffix
+    # sums' own rounding, an ulp of a large a_j, would otherwise leak into the gradient).
+    idx = torch.arange(n, device=a.device)
+    return torch.where(idx.unsqueeze(-1) == idx, a.unsqueeze(-2), out)
+
+
+def _range_mean(y: Tensor) -> Tensor:
+    """``out[..., j, k] = mean(y[..., j:k+1])`` for ``j <= k`` (0 elsewhere): cumulative sums
+    of the rows masked before ``j`` (no differences of prefix sums, so no cancellation)."""
+    n = y.shape[-1]
+    idx = torch.arange(n, device=y.device)
+    keep = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
+    # Sums of y / 2^m (2^m >= n, an exact scaling), then times 2^m / count: no overflow for
+    # entries up to half the dtype's max, and a block of one is y itself, bit for bit.
+    power = float(2 ** max(n - 1, 0).bit_length())
+    scaled = y / power
+    sums = torch.where(keep, scaled.unsqueeze(-2), torch.zeros_like(y).unsqueeze(-2)).cumsum(-1)
+    counts = (idx - idx.unsqueeze(-1) + 1).clamp_min(1).to(y.dtype)
+    return sums * (power / counts)
+
+
+def _min_max(block: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r""":math:`v_i = \min_{j \le i} \max_{k \ge i} m(j, k)` from the block values
+    ``block[..., j, k]`` (only ``j <= k`` read), with the block :math:`[j_i, k_i]` that
+    attains it (``v_i = block[j_i, k_i]``)."""
+    n = block.shape[-1]
+    idx = torch.arange(n, device=block.device)
+    upper = idx.unsqueeze(-1) <= idx  # [j, k]: k >= j
+    low = torch.where(upper, block, torch.full_like(block, -torch.inf))
+    # a[j, i] = max_{k >= i} m(j, k): a reverse running maximum along k.
+    running = torch.cummax(low.flip(-1), -1)
+    a = running.values.flip(-1)
+    k_of = (n - 1) - running.indices.flip(-1)
+    a = torch.where(upper, a, torch.full_like(a, torch.inf))  # keep j <= i only
+    v, j = a.min(-2)
+    k = k_of.gather(-2, j.unsqueeze(-2)).squeeze(-2)
+    return v, j, k
+
+
+def _pick(m: Tensor, j: Tensor, k: Tensor) -> Tensor:
+    """``m[..., j_i, k_i]`` for every ``i``."""
+    rows = m.gather(-2, j.unsqueeze(-1).expand(*j.shape, m.shape[-1]))
+    return rows.gather(-1, k.unsqueeze(-1)).squeeze(-1)
+
+
+def _blocks(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The block statistics of :math:`s` and :math:`w` (range means for ``"l2"``, range
+    log-sum-exps for ``"kl"``) and each entry's block ``(j, k)`` in the decreasing isotonic
+    solution of Blondel et al.'s (2020) dual: ``"l2"``:
+    :math:`\arg\min_{v\downarrow} \frac12\lVert v - (s - w)\rVert^2`; ``"kl"``:
+    :math:`\arg\min_{v\downarrow} \langle e^{s - v}, 1\rangle + \langle e^w, v\rangle`,
+    whose block value is :math:`\log\sum_B e^{s} - \log\sum_B e^{w}`."""
+    if regularization == "l2":
+        ms, mw = _range_mean(s), _range_mean(w)
+    else:
+        ms, mw = _range_logsumexp(s), _range_logsumexp(w)
+    with torch.no_grad():
+        _, j, k = _min_max(ms - mw)
+    return ms, mw, j, k
+
+
+# --------------------------------------------------------------------------- both
+
+
+def _segment_mean(y: Tensor, starts: Tensor) -> Tensor:
+    """Each entry's block mean of ``y`` (blocks given by their first entry ``starts``):
+    sums of ``y`` over a power of two >= n then times it over the count, so no overflow,
+    and a block of one is ``y`` itself, bit for bit."""
+    n = y.shape[-1]
+    power = float(2 ** max(n - 1, 0).bit_length())
+    sums = torch.zeros_like(y).scatter_add(-1, starts, y / power)
+    counts = torch.zeros_like(y).scatter_add(-1, starts, torch.ones_like(y))
+    return sums.gather(-1, starts) * (power / counts.gather(-1, starts))
+
+
+def _segment_log_sum_exp(a: Tensor, starts: Tensor) -> Tensor:
+    """Each entry's block log-sum-exp of ``a``, shifted by the block's maximum (held
+    constant: the gradient does not depend on it), so a block of one is ``a`` itself."""
+    with torch.no_grad():
+        top = torch.full_like(a, -torch.inf).scatter_reduce(-1, starts, a, "amax")
+        shift = top.gather(-1, starts)
+    sums = torch.zeros_like(a).scatter_add(-1, starts, torch.exp(a - shift))
+    return shift + torch.log(sums.gather(-1, starts))
+
+
+def block_statistics(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor, Tensor]:
+    r"""Each entry's block statistic of ``s`` and of ``w`` (means for ``"l2"``, log-sum-exps
+    for ``"kl"``) in the decreasing isotonic solution (see the module's text), so that
+    :math:`v = ` ``stat_s - stat_w``. Differentiable (the blocks are held fixed). Rows of
+    :data:`PAV_MIN_LENGTH` entries or more (:data:`PAV_MIN_LENGTH_ACCELERATOR` off the CPU)
+    find their blocks by PAV, shorter ones by the min-max formula."""
+    threshold = PAV_MIN_LENGTH if s.device.type == "cpu" else PAV_MIN_LENGTH_ACCELERATOR
+    if s.shape[-1] >= threshold:
+        with torch.no_grad():
+            starts = _pav_blocks(s, w, regularization == "kl")
+        if regularization == "l2":
+            return _segment_mean(s, starts), _segment_mean(w, starts)
+        return _segment_log_sum_exp(s, starts), _segment_log_sum_exp(w, starts)
+    ms, mw, j, k = _blocks(s, w, regularization)
+    return _pick(ms, j, k), _pick(mw, j, k)
