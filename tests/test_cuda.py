@@ -615,6 +615,49 @@ def test_straight_through(key: str, dtype: torch.dtype, cuda_device) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# 4b. Sorting and solvers (deterministic ones: the relaxed backwards and blackbox).
+# --------------------------------------------------------------------------------------
+
+
+def _top2(theta: Tensor) -> Tensor:
+    return torch.zeros_like(theta).scatter(-1, theta.topk(2, -1).indices, 1.0)
+
+
+STRUCTURED: dict[str, Callable[[Tensor], Tensor]] = {
+    "sort": lambda x: hg.sort(x, strength=0.7),
+    "rank/neuralsort": lambda x: hg.rank(x, backward="neuralsort", strength=0.7),
+    "soft_sort": lambda x: hg.soft_sort(x, strength=0.7),
+    "soft_rank/kl": lambda x: hg.soft_rank(x, strength=0.7, regularization="kl"),
+    "blackbox": lambda x: hg.blackbox(_top2, lam=2.0)(x),
+}
+
+
+def run_structured(key: str, n: int, dtype: torch.dtype, device: torch.device) -> Results:
+    g = cpu_generator(47)
+    x0 = torch.randn(3, n, generator=g, dtype=torch.float64) * 2
+    upstream = torch.randn(3, n, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+    x = x0.to(device=device, dtype=dtype).requires_grad_()
+    with no_hidden_cpu_tensors(device):
+        y = STRUCTURED[key](x)
+        y.backward(upstream)
+    return {"y": (y.detach(), dtype), "x.grad": (x.grad, dtype)}
+
+
+@pytest.mark.parametrize("n", [6, 300])  # 300: the soft sorts' blocks by PAV (hardgrad._isotonic)
+@pytest.mark.parametrize("key", list(STRUCTURED))
+def test_sorting_and_solvers(key: str, n: int, dtype: torch.dtype, cuda_device) -> None:
+    """Values and gradients on the device, in dtype, finite, reproducible and the CPU's
+    (the PAV operator copies to the CPU inside itself: the watch sees only the operator)."""
+    first = run_structured(key, n, dtype, cuda_device)
+    check_results(first, run_structured(key, n, dtype, cuda_device), cuda_device)
+    cpu = run_structured(key, n, dtype, torch.device("cpu"))
+    for name in first:
+        got, expected = first[name][0], cpu[name][0]
+        assert got is not None and expected is not None
+        assert_agree(got, expected, dtype, f"{key}: {name}")
+
+
+# --------------------------------------------------------------------------------------
 # 5. The units of Bengio et al. (2013).
 # --------------------------------------------------------------------------------------
 
