@@ -400,3 +400,41 @@ def test_quant_range_beyond_exact_levels_is_a_value_error(bound):
     if bound <= 2**53:  # float64 holds these levels exactly
         x64 = x.double()
         assert torch.equal(hg.quantize(x64, 0.5, quant_min=0, quant_max=bound), x64)
+
+
+def test_repeated_number_scale_calls_reuse_a_checked_plan_without_skipping_checks():
+    """The second call with the same settings takes the cached plan (no argument checks):
+    same values and gradients; settings equal to a cached key but of another type (True
+    for 1, a bool zero point) are still checked, and bad values never enter the cache."""
+    from hardgrad.ops import _quantize
+
+    _quantize._NUMBER_PLANS.clear()
+    x = torch.linspace(-3, 3, 50, requires_grad=True)
+    outs = []
+    for _ in range(2):
+        x.grad = None
+        y = hg.quantize(x, 1, quant_min=-2, quant_max=2)
+        y.sum().backward()
+        outs.append((y.detach(), x.grad.clone()))
+    assert len(_quantize._NUMBER_PLANS) == 1
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    with pytest.raises(TypeError, match="`scale`"):
+        hg.quantize(x, True, quant_min=-2, quant_max=2)
+    with pytest.raises(TypeError, match="`quant_min`"):
+        hg.quantize(x, 1, quant_min=True, quant_max=2)
+    with pytest.raises(TypeError, match="`zero_point`"):
+        hg.quantize(x, 1, False, quant_min=-2, quant_max=2)
+    with pytest.raises(TypeError, match="floating-point"):
+        hg.quantize(torch.ones(3, dtype=torch.long), 1, quant_min=-2, quant_max=2)
+    for bad in (float("nan"), -1.0, 0.0):
+        for _ in range(2):
+            with pytest.raises(ValueError, match="`scale`"):
+                hg.quantize(x, bad, quant_min=-2, quant_max=2)
+    with pytest.raises(ValueError, match="`in_range`"):
+        hg.quantize(x, 1, quant_min=-2, quant_max=2, in_range="nearest")
+    identity = hg.quantize(x, 1, quant_min=-2, quant_max=2, surrogate="identity")
+    assert torch.equal(identity, outs[0][0])
+    assert len(_quantize._NUMBER_PLANS) == 2
+    for i in range(_quantize._MAX_PLANS + 5):  # bounded: cleared when full
+        hg.quantize(x, 1.0 + i / 1024, quant_min=-2, quant_max=2)
+    assert len(_quantize._NUMBER_PLANS) <= _quantize._MAX_PLANS

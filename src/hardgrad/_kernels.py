@@ -51,7 +51,7 @@ def softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     scaled = opmath(logits) if tau == 1 else opmath(logits) / tau
     p = torch.softmax(finite(scaled), dim)
     # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).
-    vjp = torch.ops.aten._softmax_backward_data(opmath(grad), p, dim, p.dtype)
+    vjp = torch._softmax_backward_data(opmath(grad), p, dim, p.dtype)
     return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
 
 

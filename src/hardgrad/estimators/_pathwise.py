@@ -35,7 +35,7 @@ def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
 
 def _softmax_jacobian_product(grad: Tensor, p: Tensor, dim: int) -> Tensor:
     """:math:`J(p)^\top g = p \\odot (g - \\langle g, p\rangle)` in one fused pass."""
-    return torch.ops.aten._softmax_backward_data(grad, p, dim, p.dtype)
+    return torch._softmax_backward_data(grad, p, dim, p.dtype)
 
 
 def _check_tau(tau: Any) -> float:

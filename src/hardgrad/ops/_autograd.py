@@ -39,9 +39,16 @@ F = TypeVar("F", bound=torch.autograd.Function)
 G = TypeVar("G", bound=torch.autograd.Function)
 
 
+#: From this many elements on, :func:`masked` converts the mask and multiplies in place
+#: (1.10 vs 1.34 ms at 4M elements on CPU); below it one mixed-dtype multiply is cheaper
+#: (3.3 vs 3.9 µs at 4,096: one kernel launch instead of two).
+MASK_CONVERT_MIN_NUMEL = 65536
+
+
 def masked(grad: Tensor, keep: Tensor) -> Tensor:
-    """``grad`` where ``keep`` is set, 0 elsewhere."""
-    if eager_plain(grad):
+    """``grad`` where ``keep`` is set, 0 elsewhere (``grad * keep``: a NaN or infinite
+    ``grad`` where ``keep`` is unset gives NaN)."""
+    if grad.numel() >= MASK_CONVERT_MIN_NUMEL and eager_plain(grad):
         return keep.to(grad.dtype).mul_(grad)
     return grad * keep
 
