@@ -59,6 +59,21 @@ def _sigmoid_slope(x: Tensor) -> Tensor:
     return torch.sigmoid(x) * torch.sigmoid(-x)
 
 
+_sigmoid_backward = torch.ops.aten.sigmoid_backward.default
+
+
+def _times_sigmoid_slope(grad: Tensor, x: Tensor, tau: float) -> Tensor:
+    r""":math:`g\,\sigma'(x/\tau)/\tau` in ``grad``'s dtype, for finite ``x`` in the compute
+    dtype. :math:`\sigma'` is even, so it is :math:`s(1 - s)` at :math:`s = \sigma(-|x|/\tau)
+    \le 1/2`, where :math:`1 - s` has no cancellation (as accurate in the tails as
+    :math:`\sigma(x)\sigma(-x)`), times :math:`g` in one fused kernel (what
+    ``torch.sigmoid``'s own backward runs): 4 passes instead of 8."""
+    scaled = x.abs() if tau == 1 else x.abs().div_(tau)
+    s = torch.sigmoid(scaled.neg_())
+    out = _sigmoid_backward(opmath(grad), s)
+    return (out if tau == 1 else out.div_(tau)).to(grad.dtype)
+
+
 @cached_signature
 class _BinarySample(torch.autograd.Function):
     """The Bernoulli unit's direct form: class 1 of the two-class sample, with the binary
@@ -95,8 +110,7 @@ class _BinarySample(torch.autograd.Function):
             factor = 2 * r * (1 - r) - 0.5 * _sigmoid_slope(ell)
             return (opmath(grad) * factor).to(grad.dtype), None, None, None
         (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones for "st_gumbel"
-        slope = _sigmoid_slope(finite(opmath(x) / tau)) / tau
-        return (opmath(grad) * slope).to(grad.dtype), None, None, None
+        return _times_sigmoid_slope(grad, finite(opmath(x)), tau), None, None, None
 
 
 @cached_signature
@@ -231,8 +245,7 @@ class _BinaryGappedSample(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
         (difference,) = ctx.saved_tensors
-        slope = _sigmoid_slope(finite(opmath(difference) / ctx.tau)) / ctx.tau
-        return (opmath(grad) * slope).to(grad.dtype), None, None, None
+        return _times_sigmoid_slope(grad, finite(opmath(difference)), ctx.tau), None, None, None
 
 
 def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
