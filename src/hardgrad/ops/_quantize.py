@@ -421,7 +421,9 @@ def quantize(
         >>> x.grad, scale.grad
         (tensor([0., 1., 1., 0.]), tensor(-0.6000))
     """
-    plan_key = _plan_key(x, scale, zero_point, quant_min, quant_max, surrogate, grad_scale, in_range)
+    plan_key = _plan_key(
+        x, scale, zero_point, quant_min, quant_max, surrogate, grad_scale, in_range
+    )
     plan = _NUMBER_PLANS.get(plan_key) if plan_key is not None else None
     if plan is not None:  # the same settings as an earlier call, checked then
         return _apply_plan(x, plan)
@@ -466,6 +468,7 @@ def quantize(
         # small tensors to make per call) and only the mask (or, for the identity, nothing)
         # is saved.
         value, inverse = float(scale), _reciprocal(float(scale), dtype, x.device)
+        forward: functools.partial[Any]
         if identity:
             forward = functools.partial(
                 _fake_quantize_value,
