@@ -914,3 +914,28 @@ def test_binary_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch):
     assert grads[0].abs().sum() > 0
     for grad in grads[1:]:
         torch.testing.assert_close(grad, grads[0], rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, dim):
+    """The categorical Gumbel-Rao backward works on rows of classes and slices rows and
+    draws into chunks of at most GUMBEL_RAO_CHUNK elements: every chunking (all at once;
+    a few rows with every draw; one row, a few draws; one row, one draw) gives the one-pass
+    gradient up to the order of the float64 sums, along any dim."""
+    from hardgrad.estimators import _pathwise
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 6, 7, generator=g, dtype=torch.float64)
+    upstream = torch.randn(5, 6, 7, generator=g, dtype=torch.float64)
+    est = GumbelRao(tau=0.7, k=9)
+    classes = logits.shape[dim]
+    grads = []
+    for chunk in (10**9, 3 * 9 * classes, 4 * classes, 1):
+        monkeypatch.setattr(_pathwise, "GUMBEL_RAO_CHUNK", chunk)
+        leaf = logits.clone().requires_grad_()
+        y = hg.categorical(leaf, dim=dim, estimator=est, generator=torch.Generator().manual_seed(5))
+        (grad,) = torch.autograd.grad(y, leaf, upstream)
+        grads.append(grad)
+    assert grads[0].abs().sum() > 0
+    for grad in grads[1:]:
+        torch.testing.assert_close(grad, grads[0], rtol=1e-13, atol=1e-14)

@@ -265,13 +265,20 @@ def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> 
     return torch.where(chosen, top, rest)
 
 
-def _conditional_gumbel_logits(
-    logits: Tensor, sample: Tensor, exponentials: Tensor, dim: int
+def _rao_softmax_slopes(
+    ell: Tensor, chosen: Tensor, grad: Tensor, exponentials: Tensor, tau: float
 ) -> Tensor:
-    """:func:`conditional_gumbel` for ``k`` rows of exponentials (``(k, *logits.shape)``)."""
-    ell = finite(opmath(logits)).unsqueeze(0)
-    chosen = sample.to(torch.bool).unsqueeze(0)
-    return conditional_gumbel(ell, chosen, exponentials.log(), dim + 1)
+    """Sum over the draws (rows of ``exponentials``, ``(k, M, C)``) of ST-Gumbel's VJP at
+    the conditional perturbed logits, for rows ``(M, C)`` of logits, sample and gradient."""
+    z = conditional_gumbel(ell, chosen, exponentials.log(), -1)
+    p = torch.softmax(finite(z / tau), -1)  # z / tau overflows for tiny tau
+    return _softmax_jacobian_product(grad.expand_as(p), p, -1).sum(0)
+
+
+#: Elements per chunk of the Gumbel-Rao backwards (1 MB of float32): their temporaries
+#: stay this small whatever ``k`` and the batch, so the allocator reuses them (full
+#: ``(k, N)`` temporaries of a large batch are fresh pages, faulted in on every call).
+GUMBEL_RAO_CHUNK = 2**18
 
 
 @cached_signature
@@ -295,17 +302,46 @@ class _GumbelRaoSample(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         logits, exponentials, sample = ctx.saved_tensors
         dim, tau = ctx.dim, ctx.tau
-        z = _conditional_gumbel_logits(logits, sample, exponentials, dim)
-        p = torch.softmax(finite(z / tau), dim + 1)  # z / tau overflows for tiny tau
-        g = opmath(grad).unsqueeze(0).expand_as(p)
-        mean = _softmax_jacobian_product(g, p, dim + 1).mean(0) / tau
+        if torch.compiler.is_compiling():
+            # One pass along dim itself: inside a graph inductor plans the temporaries,
+            # and the reshapes below would tie symbolic sizes together.
+            ell = finite(opmath(logits)).unsqueeze(0)
+            chosen = sample.to(torch.bool).unsqueeze(0)
+            z = conditional_gumbel(ell, chosen, exponentials.log(), dim + 1)
+            p = torch.softmax(finite(z / tau), dim + 1)  # z / tau overflows for tiny tau
+            g = opmath(grad).unsqueeze(0).expand_as(p)
+            mean = _softmax_jacobian_product(g, p, dim + 1).mean(0) / tau
+            return mean.to(logits.dtype), None, None, None, None
+        # Rows of classes, (M, C), and the k draws as (k, M, C): the chunks below then
+        # slice rows and draws whatever dim is.
+        ell = finite(opmath(logits)).movedim(dim, -1)
+        shape = ell.shape
+        classes = shape[-1]
+        ell = ell.reshape(-1, classes)
+        chosen = sample.movedim(dim, -1).reshape(-1, classes).to(torch.bool)
+        g = opmath(grad).movedim(dim, -1).reshape(-1, classes)
+        draws = exponentials.movedim(dim + 1, -1).reshape(exponentials.shape[0], -1, classes)
+        k, rows = draws.shape[0], ell.shape[0]
+        # Chunks of at most GUMBEL_RAO_CHUNK elements: the (k, M, C) temporaries of a large
+        # batch would be fresh pages on every call (a page-fault storm).
+        per_draw = max(1, GUMBEL_RAO_CHUNK // max(classes, 1))
+        chunk_rows = max(1, per_draw // k)
+        chunk_draws = min(k, per_draw)
+        parts = []
+        for r0 in range(0, max(rows, 1), chunk_rows):  # (one empty chunk for no rows)
+            r1 = r0 + chunk_rows
+            total = _rao_softmax_slopes(
+                ell[r0:r1], chosen[r0:r1], g[r0:r1], draws[:chunk_draws, r0:r1], tau
+            )
+            for d0 in range(chunk_draws, k, chunk_draws):
+                draws_c = draws[d0 : d0 + chunk_draws, r0:r1]
+                total = total + _rao_softmax_slopes(
+                    ell[r0:r1], chosen[r0:r1], g[r0:r1], draws_c, tau
+                )
+            parts.append(total)
+        summed = parts[0] if len(parts) == 1 else torch.cat(parts)
+        mean = (summed / (k * tau)).reshape(shape).movedim(-1, dim)
         return mean.to(logits.dtype), None, None, None, None
-
-
-#: Elements per chunk of :class:`_BinaryGumbelRaoSample`'s backward (1 MB of float32): its
-#: temporaries stay this small whatever ``k`` and the batch, so the allocator reuses them
-#: (full ``(k, N)`` temporaries of a large batch are fresh pages, faulted in on every call).
-GUMBEL_RAO_CHUNK = 2**18
 
 
 @cached_signature
