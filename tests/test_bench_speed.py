@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 TINY = SpeedConfig(
     numel=4096,
     matrix=(32, 16),
+    rao_ks=(),  # test_gumbel_rao_sweep covers it
     ops=("round", "clamp", "one_hot_argmax"),
     rounds=2,
     min_run_time=0.002,
@@ -150,6 +152,7 @@ def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str
         small_numel=None,
         plot=False,
         samplers=(),  # compiling a sampler takes ~10 s more
+        rao_ks=(),
     )
     document = _run(tmp_path, config, capsys)
     entry = document["tasks"]["speed"]["results"]["ops"]["round"]
@@ -221,6 +224,7 @@ def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
         small_numel=0,
         plot=False,
         samplers=(),
+        rao_ks=(),
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     half = ops["round"]["candidates"]["half"]
@@ -249,9 +253,31 @@ def test_compiled_hardgrad_that_differs_from_eager_is_reported_not_timed(
         small_numel=0,
         plot=False,
         samplers=(),
+        rao_ks=(),
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     assert ops["round"]["compiled"] is None
     assert "gradient" in ops["round"]["compiled_error"]
     assert ops["round"]["eager"]["hardgrad_ms"] > 0
     assert "computed something else than in eager mode" in (tmp_path / "report.md").read_text()
+
+
+def test_gumbel_rao_sweep_reports_time_bytes_and_faults_per_k() -> None:
+    """The k sweep: every k and ST-Gumbel timed for both unit kinds, saved bytes exactly
+    4 k + 8 per element, and a table row each."""
+    from hardgrad.bench._speed_rao import rao_table, run_rao_sweep
+
+    data = run_rao_sweep((1, 3), (16, 8), 2, 0.002, BenchSettings(threads=1), random.Random(0))
+    assert data["ks"] == [1, 3]
+    for kind, shape in (("categorical", [16, 8]), ("bernoulli", [128])):
+        entry = data[kind]
+        assert entry["shape"] == shape
+        record = entry["candidates"]
+        assert set(record) == {"st_gumbel", "k=1", "k=3"}
+        for name, row in record.items():
+            assert _positive(row["ms"]) and len(row["rounds_ms"]) == 2
+            if name != "st_gumbel":
+                k = int(name.split("=")[1])
+                assert row["saved_bytes_per_element"] == 4 * k + 8, (kind, name)
+    table = rao_table(data)
+    assert len(table.rows) == 6 and table.rows[1][1] == "gumbel_rao, k = 1"

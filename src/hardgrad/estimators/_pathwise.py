@@ -643,7 +643,8 @@ class GumbelRao(_Tempered):
 
     def bernoulli(self, logits: Tensor, noise: tuple[Tensor, Tensor]) -> Tensor:
         gumbel, exponentials = noise
-        log_ratio = torch.log(exponentials[..., 0] / exponentials[..., 1])  # log(E0 / E1)
+        ratio = exponentials[..., 0] / exponentials[..., 1]
+        log_ratio = ratio.log_() if eager_plain(ratio) else ratio.log()  # log(E0 / E1)
         return apply_function(_BinaryGumbelRaoSample, logits, gumbel, log_ratio, self.tau)[0]
 
 
