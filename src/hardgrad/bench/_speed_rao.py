@@ -127,8 +127,10 @@ def rao_table(data: dict[str, Any]) -> Table:
             )
     table.notes.append(
         "Cost linear in k: the ms per draw over ST-Gumbel stays flat. Saved bytes are "
-        "4 k + 8 per element (the k conditional draws, logits, sample); the page faults "
-        "that remain are the (k, ...) noise itself (4 k bytes per element of fresh memory "
-        "on every call, 1 fault per 4 KiB), not the backward's temporaries."
+        "4 k + 8 per element (the k conditional draws, logits, sample). Page faults (1 per "
+        "4 KiB of fresh memory) grow with the noise drawn on every call: 4 k bytes per "
+        "element for the categorical unit (about all its faults), 8 k for the Bernoulli "
+        "unit's two exponentials per draw plus 4 k for their log-ratio (it faults about "
+        "twice that: not traced yet); the backward's temporaries are chunked."
     )
     return table
