@@ -41,7 +41,7 @@ from torch import Tensor
 
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_floating, check_int, check_positive
-from .ops._autograd import apply_function, cached_signature, forward_mode
+from .ops._autograd import IdentityGradient, apply_function, cached_signature, forward_mode
 
 __all__ = [
     "IMLE_NOISES",
@@ -359,29 +359,10 @@ class _Blackbox(torch.autograd.Function):
         return ((opmath(y) - opmath(y_lam)) / ctx.lam).to(grad.dtype), None, None
 
 
-@cached_signature
-class _Identity(torch.autograd.Function):
-    """Forward ``solver(theta)``; backward the incoming gradient unchanged."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(theta: Tensor, solver: Solver) -> Tensor:
-        return _solve(solver, theta)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return grad, None
-
-
 # --------------------------------------------------------------------------- forward mode
-# The perturbed optimizer's and identity's backwards are linear maps of the incoming
-# gradient (Jacobians, estimated or surrogate), so their forward-mode twins apply the
-# transposed map to the tangent. I-MLE's and blackbox's backwards solve a problem moved
+# The perturbed optimizer's backward is a linear map of the incoming gradient (an
+# estimated Jacobian), so its forward-mode twin applies the transposed map to the tangent
+# (the identity solver is IdentityGradient, which has its own). I-MLE's and blackbox's backwards solve a problem moved
 # by the gradient itself: not linear in it, so no Jacobian and no JVP exists.
 
 
@@ -422,14 +403,6 @@ class _PerturbedFenchelYoungJVP(_PerturbedFenchelYoung):
         t = opmath(tangent) * (mean - opmath(target))
         value = t.sum(dim=tuple(range(1, t.dim()))) if t.dim() > 1 else t
         return value.to(tangent.dtype), None
-
-
-@forward_mode(_Identity)
-@cached_signature
-class _IdentityJVP(_Identity):
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, _solver: Any) -> Tensor:
-        return tangent
 
 
 def _no_jvp(name: str) -> type:
@@ -848,7 +821,9 @@ class IdentitySolver(_SolverLayer):
                 scores = scores - scores.mean(dims, keepdim=True)
             norm = scores.norm(dim=dims, keepdim=True) if dims else scores.abs()
             scores = scores / norm.clamp_min(torch.finfo(scores.dtype).tiny)
-        return self._unbatch(theta, apply_function(_Identity, scores, solver))
+        return self._unbatch(
+            theta, apply_function(IdentityGradient, scores, functools.partial(_solve, solver))
+        )
 
 
 def identity_solver(
@@ -881,7 +856,7 @@ def identity_solver(
         >>> layer = hg.identity_solver(argmin, minimize=True)
         >>> cost = torch.tensor([[1.0, 0.5, 2.0]], requires_grad=True)
         >>> y = layer(cost); y
-        tensor([[0., 1., 0.]], grad_fn=<_IdentityBackward>)
+        tensor([[0., 1., 0.]], grad_fn=<IdentityGradientBackward>)
         >>> (y * torch.tensor([[1.0, 2.0, 3.0]])).sum().backward(); cost.grad
         tensor([[-1., -2., -3.]])
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._pyplot import pyplot
 from ._task import Table
 
 if TYPE_CHECKING:
@@ -245,12 +246,8 @@ def _first(steps: list[int | None]) -> str:
 
 def plot_curves(data: dict[str, Any], config: PolyConfig, out: Path) -> str | None:
     """``poly_curves.png``: exact loss vs step per estimator (seed mean), one panel per p."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Any] = data["runs"]

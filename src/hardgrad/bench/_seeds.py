@@ -11,6 +11,20 @@ import torch
 from ._task import Progress
 
 
+def check_runs(
+    seeds: int, steps: int, chosen: Sequence[str] = (), known: Sequence[str] = (), what: str = ""
+) -> None:
+    """``ValueError`` unless ``seeds`` and ``steps`` are at least 1 and every name in
+    ``chosen`` is one of ``known`` (the config field ``what``, e.g. ``"methods"``)."""
+    if seeds < 1 or steps < 1:
+        raise ValueError(f"Expected `seeds` and `steps` >= 1, but found {seeds} and {steps}")
+    for name in chosen:
+        if name not in known:
+            raise ValueError(
+                f"Unknown {what.rstrip('s')} {name!r} in `{what}`; available: {', '.join(known)}"
+            )
+
+
 def mean_std(values: Sequence[float]) -> dict[str, float]:
     """``{"mean", "std"}`` of ``values`` (sample standard deviation; 0 for one value)."""
     return {

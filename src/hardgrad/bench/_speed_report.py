@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._pyplot import pyplot
 from ._task import BenchSettings, Table
 from ._timing import median
 
@@ -323,12 +324,8 @@ def notes(
 
 
 def plot(ops: dict[str, Any], names: list[str], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 3.5))

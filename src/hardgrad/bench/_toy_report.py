@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._pyplot import pyplot
 from ._task import Table
 
 if TYPE_CHECKING:
@@ -441,20 +442,9 @@ def _curve_notes(rows: list[Row], curves: dict[str, Any], config: ToyConfig) -> 
 # --------------------------------------------------------------------------- plots
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
 def plot_curves(curves: dict[str, Any], config: ToyConfig, out: Path) -> str | None:
     """``toy_curves.png``: p per estimator along Adam, unbiased and biased side by side."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     out.mkdir(parents=True, exist_ok=True)
@@ -492,7 +482,7 @@ def plot_curves(curves: dict[str, Any], config: ToyConfig, out: Path) -> str | N
 def plot_variance(rows: list[Row], config: ToyConfig, out: Path) -> str | None:
     """``toy_variance.png``: measured variance per estimator, one bar per t, one panel per
     phi (log scale; a variance of 0 is drawn at the floor and marked "0")."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     out.mkdir(parents=True, exist_ok=True)

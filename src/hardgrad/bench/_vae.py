@@ -46,6 +46,7 @@ from ..diagnostics import exact_gradient, gradient_samples
 from ..diagnostics._compare import summarize
 from ..estimators import Estimator, ScoreFunctionEstimator
 from . import _distributed
+from ._pyplot import pyplot
 from ._task import BenchSettings
 from .data import Dataset
 
@@ -526,22 +527,11 @@ class few_threads:  # noqa: N801 - used like a function
 # --------------------------------------------------------------------------- plots
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:  # pragma: no cover - the bench extra is missing
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_curves(
     panels: dict[str, dict[str, dict[str, Any]]], out: Path, filename: str, title: str
 ) -> str | None:
     """Test -ELBO along training, one panel per configuration, one line per estimator."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     out.mkdir(parents=True, exist_ok=True)
@@ -577,7 +567,7 @@ def plot_checkpoints(
 ) -> str | None:
     """Diagnostics along training: one row per configuration, one column per ``(key,
     label, log scale)``, one line per estimator."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import nn as hgnn
-from ._seeds import train_over_seeds
+from ._pyplot import pyplot
+from ._seeds import check_runs, train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from .data import Dataset, load_dataset
 
@@ -152,10 +153,7 @@ KEYS = (
 )
 def run(settings: BenchSettings, config: L0Config, progress: Progress) -> TaskResult:
     """Train for every penalty weight from ``config.seeds`` seeds; report the trade-off."""
-    if config.seeds < 1 or config.steps < 1:
-        raise ValueError(
-            f"Expected `seeds` and `steps` >= 1, but found {config.seeds} and {config.steps}"
-        )
+    check_runs(config.seeds, config.steps)
     data = load_dataset(settings.data, settings.seed)
     progress.start("l0", len(config.lambdas) * config.seeds)
     rows = train_over_seeds(
@@ -231,12 +229,8 @@ def run(settings: BenchSettings, config: L0Config, progress: Progress) -> TaskRe
 
 
 def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(4.5, 3.4))

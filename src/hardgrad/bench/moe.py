@@ -66,6 +66,7 @@ from .. import routing
 from ..diagnostics import compare
 from ..diagnostics._compare import summarize
 from ..diagnostics._routing import routing_exact_gradient
+from ._pyplot import pyplot
 from ._seeds import mean_std
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
@@ -477,12 +478,8 @@ def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "d
 
 def _plot(rows: dict[str, dict[str, Any]], config: MoEConfig, out: Any) -> str | None:
     """Bars with seed spreads: router-gradient cosine, routing accuracy, test MSE."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     names = list(rows)

@@ -63,6 +63,7 @@ from torch import Tensor, nn
 
 from .. import nn as hgnn
 from . import _distributed
+from ._pyplot import pyplot
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from .data import Dataset, load_dataset
 
@@ -455,21 +456,10 @@ def _notes(rows: list[dict[str, Any]], config: QatConfig, data: Dataset) -> list
     return notes
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
-        return None
-    return plt
-
-
 def plot_accuracy(rows: list[dict[str, Any]], config: QatConfig, out: Path) -> str | None:
     """``qat_accuracy.png``: test accuracy per precision (float, bits, binary), one line per
     quantizer gradient, error bars spanning the seeds' range."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     out.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import sorting
-from ._seeds import train_over_seeds
+from ._seeds import check_runs, train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["METHODS", "RankingConfig", "default_config", "run", "train_and_evaluate"]
@@ -165,13 +165,7 @@ def train_and_evaluate(
 )
 def run(settings: BenchSettings, config: RankingConfig, progress: Progress) -> TaskResult:
     """Train every method from ``config.seeds`` seeds at equal steps; report the metrics."""
-    if config.seeds < 1 or config.steps < 1:
-        raise ValueError(
-            f"Expected `seeds` and `steps` >= 1, but found {config.seeds} and {config.steps}"
-        )
-    for m in config.methods:
-        if m not in METHODS:
-            raise ValueError(f"Unknown method {m!r} in `methods`; available: {', '.join(METHODS)}")
+    check_runs(config.seeds, config.steps, config.methods, METHODS, "methods")
     data = make_data(config, settings.seed)
     progress.start("ranking", len(config.methods) * config.seeds)
     rows = train_over_seeds(

@@ -45,7 +45,8 @@ import torch
 from torch import Tensor, nn
 
 from .. import solvers
-from ._seeds import train_over_seeds
+from ._pyplot import pyplot
+from ._seeds import check_runs, train_over_seeds
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 
 __all__ = ["METHODS", "ShortestPathConfig", "default_config", "grid_shortest_path", "run"]
@@ -327,13 +328,7 @@ def _notes(rows: list[dict[str, Any]], config: ShortestPathConfig) -> list[str]:
 )
 def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress) -> TaskResult:
     """Train every method from ``config.seeds`` seeds at equal steps; report the metrics."""
-    if config.seeds < 1 or config.steps < 1:
-        raise ValueError(
-            f"Expected `seeds` and `steps` >= 1, but found {config.seeds} and {config.steps}"
-        )
-    for m in config.methods:
-        if m not in METHODS:
-            raise ValueError(f"Unknown method {m!r} in `methods`; available: {', '.join(METHODS)}")
+    check_runs(config.seeds, config.steps, config.methods, METHODS, "methods")
     data = make_data(config, settings.seed)
     progress.start("shortest-path", len(config.methods) * config.seeds)
     rows = train_over_seeds(
@@ -369,12 +364,8 @@ def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress)
 
 
 def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.2))

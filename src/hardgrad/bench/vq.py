@@ -44,6 +44,8 @@ from torch import Tensor, nn
 from .. import estimators as _estimators
 from .. import nn as hgnn
 from .. import vq as _vq
+from ._pyplot import pyplot
+from ._seeds import check_runs
 from ._task import BenchSettings, Progress, Table, TaskResult, task
 from .data import Dataset, load_dataset
 
@@ -301,12 +303,8 @@ def _notes(rows: list[dict[str, Any]], config: VQConfig, data: Dataset) -> list[
 
 
 def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - the bench extra is missing
+    plt = pyplot()
+    if plt is None:  # the bench extra is missing
         return None
     out.mkdir(parents=True, exist_ok=True)
     names = [r["variant"] for r in rows]
@@ -336,15 +334,7 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
 def run(settings: BenchSettings, config: VQConfig, progress: Progress) -> TaskResult:
     """Train every bottleneck from ``config.seeds`` seeds at equal steps; report the metrics."""
     t_start = time.perf_counter()
-    if config.seeds < 1 or config.steps < 1:
-        raise ValueError(
-            f"Expected `seeds` and `steps` >= 1, but found {config.seeds} and {config.steps}"
-        )
-    for v in config.variants:
-        if v not in VARIANTS:
-            raise ValueError(
-                f"Unknown variant {v!r} in `variants`; available: {', '.join(VARIANTS)}"
-            )
+    check_runs(config.seeds, config.steps, config.variants, VARIANTS, "variants")
     data = load_dataset(settings.data, settings.seed)
     progress.start("vq", len(config.variants) * config.seeds)
     threads = torch.get_num_threads()
