@@ -17,6 +17,28 @@ def eager_plain(x: Tensor) -> bool:
     return not torch.compiler.is_compiling() and not _is_transformed(x)
 
 
+def storable_mask(mask: Tensor) -> Tensor:
+    """A bool ``mask`` in the form best saved for backward: itself in eager mode, 0/1 uint8
+    under ``torch.compile``, converted through float32.
+
+    Inductor's CPU code (torch 2.13) moves bools between vector registers and memory
+    through slow paths. Measured on 4M float32 elements, 2 cores: ``x.abs() <= 1`` takes
+    16 ms compiled with a bool result, 6 ms converted straight to uint8, 0.2 ms converted
+    to uint8 through float32 (eager bool: 1.2 ms); ``grad * mask`` reads a bool mask in
+    4.9 ms, a uint8 one in 0.6 ms. Read it back with :func:`mask_condition` (or multiply).
+    """
+    if torch.compiler.is_compiling():
+        return mask.to(torch.float32).to(torch.uint8)
+    return mask
+
+
+def mask_condition(mask: Tensor) -> Tensor:
+    """A :func:`storable_mask` as a bool condition for ``torch.where``: itself when it is
+    bool; under ``torch.compile``, ``mask.float() != 0`` (0.6 ms on 4M elements, where
+    inductor takes 7-10 ms for ``mask.bool()`` or ``mask != 0``)."""
+    return mask if mask.dtype == torch.bool else mask.to(torch.float32) != 0
+
+
 def finite(x: Tensor) -> Tensor:
     """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
     big = torch.finfo(x.dtype).max / 4

@@ -29,7 +29,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 
-from .._kernels import eager_plain
+from .._kernels import eager_plain, storable_mask
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
@@ -181,7 +181,8 @@ class MaskedGradient(torch.autograd.Function):
     def forward(
         x: Tensor, hard_and_mask: Callable[[Tensor], tuple[Tensor, Tensor]]
     ) -> tuple[Tensor, Tensor]:
-        return hard_and_mask(x)
+        y, keep = hard_and_mask(x)
+        return y, storable_mask(keep)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
+from .._kernels import storable_mask
 from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
 from ._autograd import (
     HardFn,
@@ -202,7 +203,7 @@ class _ClampFixedTensorBounds(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor]:
-        return torch.clamp(x, lo, hi), (x >= lo) & (x <= hi)
+        return torch.clamp(x, lo, hi), storable_mask((x >= lo) & (x <= hi))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import eager_plain, opmath_dtype
+from .._kernels import eager_plain, mask_condition, opmath_dtype, storable_mask
 from .._validation import (
     check_broadcastable_to,
     check_floating,
@@ -137,7 +137,8 @@ class _FakeQuantize(torch.autograd.Function):
         grad_scale: float,
         unrounded: bool,
     ) -> tuple[Tensor, Tensor]:
-        return _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max, unrounded)
+        y, keep = _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max, unrounded)
+        return y, storable_mask(keep)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -186,16 +187,14 @@ def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tens
     fewer passes: :math:`\operatorname{clamp}(\operatorname{round}(x/s), q_-, q_+) - m\,x/s`
     with the in-range mask :math:`m`. In range the clamp is the identity; outside it gives
     the bound on the side that was crossed, whether "in range" was read before or after
-    rounding (the bounds are integers, so rounding never crosses one). NaN counts as above
-    the range, as there (:math:`q_+`)."""
+    rounding (the bounds are integers, so rounding never crosses one). A NaN ``x`` gives
+    NaN, as in eager mode and in torch's learnable fake-quantize kernels."""
     quant_min, quant_max = bounds
     x_over_s = x.to(scale.dtype) * (1.0 / scale)
-    inside = torch.where(keep, x_over_s, 0.0)
+    inside = torch.where(mask_condition(keep), x_over_s, 0.0)
     if eager_plain(x_over_s):
-        level = torch.round(x_over_s).nan_to_num_(nan=float(quant_max))
-        return level.clamp_(quant_min, quant_max).sub_(inside)
-    level = torch.round(x_over_s).nan_to_num(nan=float(quant_max))
-    return level.clamp(quant_min, quant_max) - inside
+        return torch.round(x_over_s).clamp_(quant_min, quant_max).sub_(inside)
+    return torch.round(x_over_s).clamp(quant_min, quant_max) - inside
 
 
 def _qparam_partials(
@@ -206,14 +205,18 @@ def _qparam_partials(
     Outside the range :math:`y = (q_\pm - z)\,s`; inside :math:`y = \operatorname{round}(x/s)\,s`
     with the rounding treated as the identity: :math:`\partial y/\partial s =
     \operatorname{round}(x/s) - x/s`, :math:`\partial y/\partial z = 0`. The side of the range
-    is read from what decides "in range": the level, or :math:`x/s + z` before rounding.
+    is read from what decides "in range": the level, or :math:`x/s + z` before rounding. A NaN
+    ``x`` gives a NaN :math:`\partial y/\partial s` (as torch's learnable kernels do).
     """
     quant_min, quant_max = ctx.bounds
+    keep = mask_condition(keep)
     x_over_s = x.to(scale.dtype) * (1.0 / scale)
     rounded = torch.round(x_over_s)
     offset = 0 if zero_point is None else zero_point
     side = x_over_s + offset if ctx.unrounded else rounded + offset
-    saturated = torch.where(side < quant_min, quant_min - offset, quant_max - offset)
+    # Outside the range (keep unset): below, above, or NaN (then ``side`` itself).
+    above = torch.where(side > quant_max, quant_max - offset, side)
+    saturated = torch.where(side < quant_min, quant_min - offset, above)
     dy_ds = torch.where(keep, rounded - x_over_s, saturated)
     dy_dz = torch.where(keep, 0, -scale)
     return dy_ds, dy_dz

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
+from .._kernels import storable_mask
 from .._validation import check_floating
 from ._autograd import apply_function, cached_signature, forward_mode, masked
 
@@ -126,7 +127,7 @@ class StraightThrough:
             keep = None
             if surrogate.kind == "indicator":
                 with torch.no_grad():
-                    keep = surrogate.support(x)
+                    keep = storable_mask(surrogate.support(x))
             y: Tensor = apply_function(_ValueWithSurrogate, x, value, keep, surrogate)
             return y
         soft = self.soft(x)

@@ -1,0 +1,142 @@
+"""Masks saved for backward under ``torch.compile``, and graphs that stay whole.
+
+Inductor's CPU code (torch 2.13) stores and reloads bool tensors through slow paths, so the
+ops that save an in-range mask save it as 0/1 uint8 when compiled
+(:func:`hardgrad._kernels.storable_mask`); these tests pin that down, check that the
+gradients do not change, and that a compiled call stays one graph from a fresh process (the
+default surrogates are made at import: made on first use, their constructors broke it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import hardgrad as hg
+from hardgrad._kernels import mask_condition, storable_mask
+from hardgrad.surrogates import _SURROGATES
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_storable_mask_is_the_bool_mask_in_eager_mode() -> None:
+    mask = torch.tensor([True, False, True])
+    assert storable_mask(mask) is mask
+    assert mask_condition(mask) is mask
+
+
+def test_storable_mask_is_uint8_under_compile_and_reads_back(fresh_dynamo) -> None:
+    def round_trip(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stored = storable_mask(x > 0)
+        return stored, mask_condition(stored)
+
+    x = torch.tensor([-1.0, 0.0, 2.0, float("nan"), float("inf")])
+    stored, condition = torch.compile(round_trip, fullgraph=True)(x)
+    assert stored.dtype == torch.uint8
+    assert stored.tolist() == [0, 0, 1, 0, 1]
+    assert condition.dtype == torch.bool
+    assert torch.equal(condition, x > 0)
+
+
+#: Ops whose backward is a saved in-range mask, with an input that has every case.
+MASKED_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "clamp": lambda x: hg.clamp(x, -1.0, 1.0),
+    "clamp-tensor-bounds": lambda x: hg.clamp(x, torch.tensor(-1.0), torch.tensor(1.0)),
+    "sign": hg.sign,
+    "binarize": hg.binarize,
+    "quantize": lambda x: hg.quantize(x, 0.25, quant_min=-8, quant_max=7),
+    "quantize-unrounded": lambda x: hg.quantize(
+        x, 0.25, quant_min=-8, quant_max=7, in_range="unrounded"
+    ),
+    "straight_through-indicator": hg.straight_through(torch.sign, hg.surrogates.get("clipped")),
+}
+
+
+def _saved_dtypes(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> list[Any]:
+    dtypes: list[Any] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        dtypes.append(t.dtype)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(x)
+    return dtypes
+
+
+@pytest.mark.parametrize("name", sorted(MASKED_OPS))
+def test_compiled_masked_ops_save_uint8_and_keep_their_gradients(name, fresh_dynamo) -> None:
+    op = MASKED_OPS[name]
+    x = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.3, 1.0, 1.9, 2.1, float("nan")] * 3)
+    g = torch.linspace(-2.0, 2.0, x.numel())
+    eager_x = x.clone().requires_grad_(True)
+    (eager_grad,) = torch.autograd.grad(op(eager_x), eager_x, g)
+    compiled = torch.compile(op, fullgraph=True)
+    compiled_x = x.clone().requires_grad_(True)
+    y = compiled(compiled_x)
+    (compiled_grad,) = torch.autograd.grad(y, compiled_x, g)
+    torch.testing.assert_close(y, op(x), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(compiled_grad, eager_grad, equal_nan=True, rtol=0, atol=0)
+    dtypes = _saved_dtypes(compiled, x.clone().requires_grad_(True))
+    assert torch.bool not in dtypes, dtypes
+    assert torch.uint8 in dtypes, dtypes
+
+
+def test_compiled_learned_scale_reads_its_uint8_mask_back(fresh_dynamo) -> None:
+    """The LSQ scale gradient takes ``torch.where`` of the saved mask: as uint8 it must be
+    read back as a condition, giving eager's gradients (saturated, in range and NaN)."""
+    x = torch.tensor([-5.0, -1.1, -0.2, 0.0, 0.37, 0.9, 3.0, float("nan")])
+    g = torch.linspace(-1.0, 1.0, x.numel())
+
+    def lsq(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return hg.quantize(x, scale, quant_min=-4, quant_max=3, grad_scale=0.5)
+
+    results = []
+    for fn in (lsq, torch.compile(lsq, fullgraph=True)):
+        xs = x.clone().requires_grad_(True)
+        scale = torch.tensor(0.25, requires_grad=True)
+        results.append(torch.autograd.grad(fn(xs, scale), (xs, scale), g))
+    for eager, compiled in zip(*results, strict=True):
+        torch.testing.assert_close(compiled, eager, equal_nan=True)
+
+
+def test_default_surrogates_exist_after_import() -> None:
+    code = textwrap.dedent(
+        """
+        import hardgrad.surrogates as s
+        missing = set(s._SURROGATES.names()) - set(s._SURROGATES._defaults)
+        assert not missing, missing
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_first_compiled_call_in_a_fresh_process_is_one_graph() -> None:
+    """Made on first use, a default surrogate's constructor (``float(tensor)``) broke the
+    graph of the first compiled call, and that split graph was kept."""
+    code = textwrap.dedent(
+        """
+        import torch, hardgrad as hg
+        x = torch.randn(64, requires_grad=True)
+        for fn in (lambda x: hg.quantize(x, 0.25, quant_min=-8, quant_max=7),
+                   hg.sign, lambda x: hg.heaviside(x, surrogate="sigmoid")):
+            torch.compile(fn, fullgraph=True, backend="aot_eager")(x).sum().backward()
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_every_surrogate_default_is_cached() -> None:
+    for name in _SURROGATES.names():
+        assert hg.surrogates.get(name) is hg.surrogates.get(name)
