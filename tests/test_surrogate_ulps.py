@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import functools
 import math
 from decimal import Decimal
 
@@ -278,19 +279,23 @@ def subnormal_allowance(s: Surrogate, grad: torch.Tensor, dtype: torch.dtype) ->
     return (1 + s.slope * grad.double().abs()) / 2 * smallest
 
 
-def measure(s: Surrogate, dtype: torch.dtype, *, through_op: bool):
-    """(x, grad, result, error in ulps, reference) for the derivative or the op backward."""
+def measure(s: Surrogate, dtype: torch.dtype, *, through_op: bool, compiled: bool = False):
+    """(x, grad, result, error in ulps, reference) for the derivative or the op backward
+    (``compiled``: the op and its backward through ``torch.compile``, inductor)."""
     x = inputs(s, dtype)
     gen = torch.Generator().manual_seed(0)
     grad = (torch.rand(x.shape, generator=gen, dtype=torch.float64) * 2 - 1).to(dtype)
     if through_op:
         leaf = x.clone().requires_grad_()
         if "step" in s.applies_to:
-            y = hg.heaviside(leaf, surrogate=s)
+            op = functools.partial(hg.heaviside, surrogate=s)
         elif "staircase" in s.applies_to:
-            y = hg.round(leaf, surrogate=s)
-        else:  # hg.clamp, like torch.clamp, compares with its bounds rounded to the dtype
-            y = hg.clamp(leaf, s.min, s.max, surrogate=s)
+            op = functools.partial(hg.round, surrogate=s)
+        else:
+            op = functools.partial(hg.clamp, min=s.min, max=s.max, surrogate=s)
+        y = (torch.compile(op, fullgraph=True, dynamic=False) if compiled else op)(leaf)
+        if op.func is hg.clamp:
+            # hg.clamp, like torch.clamp, compares with its bounds rounded to the dtype
             low, high = (
                 float(torch.tensor(v, dtype=torch.float64).to(dtype)) for v in (s.min, s.max)
             )
@@ -350,6 +355,28 @@ def test_every_registered_surrogate_has_a_reference_and_a_bound():
 @pytest.mark.parametrize("surrogate", CASES)
 def test_error_in_ulps_over_the_whole_line(surrogate, dtype, through_op):
     x, grad, got, err, reference = measure(surrogate, dtype, through_op=through_op)
+    bound = allowed(surrogate, x, reference, grad, dtype)
+    assert bool((err <= bound).all()), _report(surrogate, dtype, x, got, reference, err, bound)
+
+
+@pytest.mark.parametrize("surrogate", CASES)
+def test_error_in_ulps_compiled_float32(surrogate):
+    """The same bounds for the op's backward compiled by inductor (its own exp and fusions;
+    Sigmoid has a compiled form of its own), float32: the dtype models are compiled in."""
+    torch._dynamo.reset()
+    x, grad, got, err, reference = measure(
+        surrogate, torch.float32, through_op=True, compiled=True
+    )
+    bound = allowed(surrogate, x, reference, grad, torch.float32)
+    assert bool((err <= bound).all()), _report(surrogate, torch.float32, x, got, reference, err, bound)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("surrogate", [c for c in CASES if c.values[0].name == "sigmoid"])
+def test_compiled_sigmoid_error_in_ulps(surrogate, dtype):
+    """Sigmoid's compiled form (one exponential) in the other dtypes."""
+    torch._dynamo.reset()
+    x, grad, got, err, reference = measure(surrogate, dtype, through_op=True, compiled=True)
     bound = allowed(surrogate, x, reference, grad, dtype)
     assert bool((err <= bound).all()), _report(surrogate, dtype, x, got, reference, err, bound)
 
