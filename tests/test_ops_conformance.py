@@ -20,6 +20,7 @@ from torch.func import grad, vmap
 
 import hardgrad as hg
 from hardgrad.ops import OPS, OpSpec
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 from hardgrad.surrogates import SURROGATES
 
 INF, NAN = math.inf, math.nan
@@ -428,18 +429,23 @@ def saved_tensors(
     return saved
 
 
+@pytest.mark.parametrize("shape", [(16, 64), (256, 256)], ids=["small", "large"])
 @pytest.mark.parametrize(("name", "surrogate"), PAIRS)
-def test_saved_bytes_per_element(name, surrogate):
+def test_saved_bytes_per_element(name, surrogate, shape):
+    """Indicator masks: bool (1 byte) from MASK_CONVERT_MIN_NUMEL elements on, 0/1 in the
+    input's dtype below it (faster there, at most 256 KiB)."""
     spec = OPS.get(name)
-    x = torch.randn(16, 64, requires_grad=True)
+    x = torch.randn(*shape, requires_grad=True)
     saved = saved_tensors(lambda t: call(spec, t, surrogate), x)
     nbytes = sum(t.numel() * t.element_size() for t in saved)
     kind = None if surrogate is None else SURROGATES.get(surrogate).kind
     if kind == "identity":
         assert nbytes == 0, [(t.dtype, t.shape) for t in saved]
     elif kind == "indicator":
-        assert nbytes / x.numel() <= 1
-        assert all(t.dtype == torch.bool for t in saved)
+        small = x.numel() < MASK_CONVERT_MIN_NUMEL
+        assert len(saved) == 1 and saved[0].shape == x.shape
+        assert saved[0].dtype == (x.dtype if small else torch.bool)
+        assert nbytes / x.numel() <= (x.element_size() if small else 1)
     else:
         # Smooth surrogates and selections keep the input itself, never a copy.
         assert len(saved) == 1 and saved[0].data_ptr() == x.data_ptr()

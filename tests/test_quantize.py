@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hardgrad as hg
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 from hardgrad.surrogates import SURROGATES
 
 #: Surrogates quantize accepts (from the registry: those serving "clamp" ops).
@@ -325,15 +326,20 @@ def saved_nbytes(fn, *args) -> int:
     return total
 
 
+@pytest.mark.parametrize("rows", [32, 1024], ids=["small", "large"])
 @pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
-def test_saved_bytes_with_fixed_quantization_parameters(surrogate):
-    x = torch.randn(32, 64, requires_grad=True)
-    budget = 0 if SURROGATES.get(surrogate).kind == "identity" else 1
+def test_saved_bytes_with_fixed_quantization_parameters(surrogate, rows):
+    """One mask: 1 byte per element, or, below MASK_CONVERT_MIN_NUMEL elements in eager
+    mode, 0/1 in x's dtype (faster there)."""
+    x = torch.randn(rows, 64, requires_grad=True)
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
+    mask_bytes = x.element_size() if small else 1
+    budget = 0 if SURROGATES.get(surrogate).kind == "identity" else mask_bytes
     cases = [
         (0.1, 0),
         (torch.tensor(0.1), 0),
         (0.1, 3),
-        (torch.full((32, 1), 0.1), torch.zeros(32, 1)),
+        (torch.full((rows, 1), 0.1), torch.zeros(rows, 1)),
     ]
     for scale, zero_point in cases:
         nbytes = saved_nbytes(
@@ -438,3 +444,43 @@ def test_repeated_number_scale_calls_reuse_a_checked_plan_without_skipping_check
     for i in range(_quantize._MAX_PLANS + 5):  # bounded: cleared when full
         hg.quantize(x, 1.0 + i / 1024, quant_min=-2, quant_max=2)
     assert len(_quantize._NUMBER_PLANS) <= _quantize._MAX_PLANS
+
+
+@pytest.mark.parametrize("numel", [4096, 70_000], ids=["small", "large"])
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_number_scale_eager_path_matches_the_general_path(numel, surrogate, in_range, dtype):
+    """The eager forward of a number-scale call (0-d tensor constants, ``0 + scale * level``)
+    against the general one that ``torch.func`` transforms take, bit for bit: values with
+    the signs of their zeros, NaN, the bounds' half-step bands, and the input gradients."""
+    gen = torch.Generator().manual_seed(int(numel) + len(in_range))
+    scale = 0.1 if dtype == torch.float64 else 0.25
+    x = torch.randn(numel, generator=gen, dtype=torch.float64) * 3
+    edges = torch.tensor([-0.0, 0.0, -0.01, 0.04, 0.7499, 0.75, 0.76, -0.85, -0.8])
+    x[: edges.numel()] = edges.double()
+    x[edges.numel()] = float("nan")
+    x = x.to(dtype)
+
+    def op(t: torch.Tensor) -> torch.Tensor:
+        return hg.quantize(
+            t, scale, quant_min=-8, quant_max=7, surrogate=surrogate, in_range=in_range
+        )
+
+    g = torch.randn(numel, generator=gen).to(dtype)
+    leaf = x.clone().requires_grad_(True)
+    for _ in range(2):  # the second call takes the cached plan
+        leaf.grad = None
+        eager = op(leaf)
+        eager.backward(g)
+    rows = x.reshape(2, -1)
+    general = torch.func.vmap(op)(rows).reshape(-1)
+    (general_grad,) = torch.func.vjp(torch.func.vmap(op), rows)[1](g.reshape(2, -1))
+    assert eager.dtype == dtype
+    assert torch.equal(eager.isnan(), general.isnan())
+    finite = ~general.isnan()
+    assert torch.equal(eager.detach()[finite], general[finite])
+    assert torch.equal(eager.detach()[finite].signbit(), general[finite].signbit())
+    zeros = eager.detach() == 0
+    assert zeros[:4].all() and not eager.detach()[zeros].signbit().any()  # never -0.0
+    assert torch.equal(leaf.grad, general_grad.reshape(-1))

@@ -364,11 +364,11 @@ def test_error_in_ulps_compiled_float32(surrogate):
     """The same bounds for the op's backward compiled by inductor (its own exp and fusions;
     Sigmoid has a compiled form of its own), float32: the dtype models are compiled in."""
     torch._dynamo.reset()
-    x, grad, got, err, reference = measure(
-        surrogate, torch.float32, through_op=True, compiled=True
-    )
+    x, grad, got, err, reference = measure(surrogate, torch.float32, through_op=True, compiled=True)
     bound = allowed(surrogate, x, reference, grad, torch.float32)
-    assert bool((err <= bound).all()), _report(surrogate, torch.float32, x, got, reference, err, bound)
+    assert bool((err <= bound).all()), _report(
+        surrogate, torch.float32, x, got, reference, err, bound
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)

@@ -96,7 +96,9 @@ class Surrogate(abc.ABC):
         name: the registry name (empty for user-defined surrogates).
         applies_to: the op families it can serve (``"staircase"``, ``"step"``, ``"clamp"``).
         kind: how an op stores what backward needs: ``"identity"`` (nothing),
-            ``"indicator"`` (a bool mask from :meth:`support`), or ``"smooth"`` (the input).
+            ``"indicator"`` (a mask from :meth:`support`: bool, 1 byte per element, or 0/1
+            in the input's dtype below 65,536 elements in eager mode, where that is
+            faster), or ``"smooth"`` (the input).
     """
 
     name: ClassVar[str] = ""
@@ -114,6 +116,11 @@ class Surrogate(abc.ABC):
     def support(self, x: Tensor) -> Tensor:
         """For ``kind == "indicator"``: the bool mask where :meth:`derivative` is 1."""
         raise NotImplementedError(f"{type(self).__name__} is not an indicator surrogate")
+
+    def _support_into(self, x: Tensor, out: Tensor) -> Tensor:
+        """:meth:`support` as 0/1 written into ``out`` (a float tensor like ``x``), which
+        the ops save for backward on small tensors; subclasses write it directly."""
+        return out.copy_(self.support(x))
 
     def backward(self, grad: Tensor, x: Tensor) -> Tensor:
         """The op's input gradient, ``grad * derivative(x)``.
@@ -239,6 +246,10 @@ class Clipped(Surrogate):
         bound: dict[torch.dtype, float] = self._bound  # type: ignore[attr-defined]
         return x.abs() <= bound.get(x.dtype, self.width)
 
+    def _support_into(self, x: Tensor, out: Tensor) -> Tensor:
+        bound: dict[torch.dtype, float] = self._bound  # type: ignore[attr-defined]
+        return torch.le(x.abs(), bound.get(x.dtype, self.width), out=out)
+
 
 @_SURROGATES.register("masked")
 @dataclass(frozen=True)
@@ -292,6 +303,12 @@ class Masked(Surrogate):
         bounds: dict[torch.dtype, tuple[float, float]] = self._bounds  # type: ignore[attr-defined]
         low, high = bounds.get(x.dtype, (self.min, self.max))
         return (x >= low) & (x <= high)
+
+    def _support_into(self, x: Tensor, out: Tensor) -> Tensor:
+        # clamp leaves x unchanged exactly where low <= x <= high; NaN compares unequal.
+        bounds: dict[torch.dtype, tuple[float, float]] = self._bounds  # type: ignore[attr-defined]
+        low, high = bounds.get(x.dtype, (self.min, self.max))
+        return torch.eq(torch.clamp(x, low, high), x, out=out)
 
 
 @_SURROGATES.register("sigmoid")

@@ -7,8 +7,10 @@ the tangent is multiplied by exactly what backward multiplies the incoming gradi
 Each computes ``hard(x)`` exactly in forward and differs only in what it saves:
 
 * :class:`IdentityGradient`: nothing; backward returns the incoming gradient.
-* :class:`MaskedGradient`: a bool mask (1 byte per element) computed in forward;
-  backward keeps the gradient where the mask is set and zeroes it elsewhere.
+* :class:`MaskedGradient`: a mask computed in forward, bool (1 byte per element), or 0/1
+  in the input's dtype on small eager tensors (:func:`saved_mask`), uint8 under
+  ``torch.compile`` (:func:`hardgrad._kernels.storable_mask`); backward keeps the gradient
+  where the mask is set and zeroes it elsewhere.
 * :class:`SurrogateGradient`: the input itself (no copy); backward multiplies by the
   surrogate's derivative at the input.
 
@@ -43,6 +45,22 @@ G = TypeVar("G", bound=torch.autograd.Function)
 #: (1.10 vs 1.34 ms at 4M elements on CPU); below it one mixed-dtype multiply is cheaper
 #: (3.3 vs 3.9 µs at 4,096: one kernel launch instead of two).
 MASK_CONVERT_MIN_NUMEL = 65536
+
+
+def saved_mask(
+    compare: Callable[..., Tensor], a: Tensor, b: Tensor | float, dtype: torch.dtype
+) -> Tensor:
+    """``compare(a, b)``, the in-range mask that backward multiplies the gradient by.
+
+    A bool tensor (1 byte per element saved), except on tensors below
+    :data:`MASK_CONVERT_MIN_NUMEL` elements in eager mode, where it is 0/1 in ``dtype``
+    (the input's), written straight by the comparison: at 4,096 elements the comparison
+    takes 1.6 µs instead of 2.7 and ``grad * mask`` 1.2 µs instead of 3.2, a tenth of a
+    small op's forward and backward. The gradient is the same bit for bit.
+    """
+    if a.numel() < MASK_CONVERT_MIN_NUMEL and eager_plain(a):
+        return compare(a, b, out=torch.empty_like(a, dtype=dtype))
+    return compare(a, b)
 
 
 def masked(grad: Tensor, keep: Tensor) -> Tensor:
@@ -163,8 +181,10 @@ class IdentityGradientJVP(IdentityGradient):
         return tangent
 
 
-def _with_mask(x: Tensor, hard: HardFn, mask: HardFn) -> tuple[Tensor, Tensor]:
-    return hard(x), mask(x)
+def _with_mask(x: Tensor, hard: HardFn, surrogate: Surrogate) -> tuple[Tensor, Tensor]:
+    if x.numel() < MASK_CONVERT_MIN_NUMEL and eager_plain(x):  # (see saved_mask)
+        return hard(x), surrogate._support_into(x, torch.empty_like(x))
+    return hard(x), surrogate.support(x)
 
 
 @cached_signature
@@ -253,14 +273,14 @@ class SurrogateGradientJVP(SurrogateGradient):
 def apply_surrogate(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
     """``hard(x)`` in forward, ``grad * surrogate.derivative(x)`` in backward.
 
-    Picks the Function that saves the least: nothing for the identity, a bool mask for
-    indicator surrogates, the input otherwise.
+    Picks the Function that saves the least: nothing for the identity, a mask for
+    indicator surrogates (as :func:`saved_mask` describes), the input otherwise.
     """
     if surrogate.kind == "identity":
         return apply_function(IdentityGradient, x, hard)
     if surrogate.kind == "indicator":
         y, _ = apply_function(
-            MaskedGradient, x, functools.partial(_with_mask, hard=hard, mask=surrogate.support)
+            MaskedGradient, x, functools.partial(_with_mask, hard=hard, surrogate=surrogate)
         )
         return y
     return apply_function(SurrogateGradient, x, hard, surrogate)
