@@ -140,3 +140,17 @@ def test_first_compiled_call_in_a_fresh_process_is_one_graph() -> None:
 def test_every_surrogate_default_is_cached() -> None:
     for name in _SURROGATES.names():
         assert hg.surrogates.get(name) is hg.surrogates.get(name)
+
+
+def test_argmax_helper_is_first_argmax_on_ties_zeros_infinities_and_nan() -> None:
+    """hardgrad._kernels.argmax takes torch.max(dim).indices in eager mode on CPU (a faster
+    kernel); it must give torch.argmax's index: the first largest value, NaN largest."""
+    from hardgrad._kernels import argmax
+
+    values = torch.tensor([0.0, -0.0, 1.0, float("nan"), float("inf"), -float("inf"), 2.0])
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        n = int(torch.randint(1, 9, (1,), generator=gen))
+        x = values[torch.randint(0, values.numel(), (16, n), generator=gen)]
+        for dim in (0, 1, -1):
+            assert torch.equal(argmax(x, dim), x.argmax(dim, keepdim=True))

@@ -17,6 +17,29 @@ def eager_plain(x: Tensor) -> bool:
     return not torch.compiler.is_compiling() and not _is_transformed(x)
 
 
+#: Cached 0-d tensors of :func:`constant`, by (value, dtype, device); cleared when full.
+_CONSTANTS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
+_MAX_CONSTANTS = 256
+
+
+def constant(value: float, like: Tensor) -> Tensor:
+    """``value`` as a cached 0-d tensor of ``like``'s dtype and device, for eager kernels
+    on small tensors: a Python number costs every kernel a wrapped-scalar conversion
+    (``torch.le`` on 4,096 floats into a float tensor: 2.1 µs with ``1.0``, 0.9 µs with a
+    0-d tensor). A 0-d operand does not take part in type promotion, so the result is
+    the one the number gives. Keyed by value, so ``0.0`` and ``-0.0`` share an entry: for
+    comparisons and values whose zeros' signs cannot matter. Never modify the result."""
+    key = (value, like.dtype, like.device)
+    found = _CONSTANTS.get(key)
+    if found is None:
+        with torch.inference_mode(False):  # usable by later calls that record autograd
+            found = torch.tensor(value, dtype=like.dtype, device=like.device)
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = found
+    return found
+
+
 def storable_mask(mask: Tensor) -> Tensor:
     """A bool ``mask`` in the form best saved for backward: itself in eager mode, 0/1 uint8
     under ``torch.compile``, converted through float32.
@@ -47,6 +70,17 @@ def finite(x: Tensor) -> Tensor:
         # softmax kernel several times slower on CPU.
         return torch.where(x != x, 0.0, x).clamp(-big, big)
     return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
+
+
+def argmax(x: Tensor, dim: int) -> Tensor:
+    """``x.argmax(dim, keepdim=True)``: the first index of the largest value, NaN counting
+    as the largest. In eager mode on CPU it is ``torch.max(x, dim).indices``, the same
+    index (documented so, and checked by the tests on ties, signed zeros, infinities and
+    NaN) from a faster kernel: 3.5 vs 5.8 µs on (64, 64), 2.3 vs 2.7 ms on (65536, 64),
+    3.5 vs 11.7 µs along dim 0."""
+    if x.device.type == "cpu" and eager_plain(x):
+        return torch.max(x, dim, keepdim=True).indices
+    return x.argmax(dim, keepdim=True)
 
 
 def one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:

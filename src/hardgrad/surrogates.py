@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ._kernels import constant
 from ._registry import Registry
 from ._ulp import evaluate, power_of_two, product_error, round_toward, split
 from ._validation import check_positive, check_real, fit_to
@@ -248,7 +249,7 @@ class Clipped(Surrogate):
 
     def _support_into(self, x: Tensor, out: Tensor) -> Tensor:
         bound: dict[torch.dtype, float] = self._bound  # type: ignore[attr-defined]
-        return torch.le(x.abs(), bound.get(x.dtype, self.width), out=out)
+        return torch.le(x.abs(), constant(bound.get(x.dtype, self.width), x), out=out)
 
 
 @_SURROGATES.register("masked")

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._kernels import eager_plain, finite, one_hot, opmath, softmax_vjp
+from .._kernels import argmax, eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
@@ -29,7 +29,7 @@ from ._base import ESTIMATORS, Estimator, uniform
 
 def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
     """The exact one-hot sample ``onehot(argmax(logits + gumbel))`` in ``logits``' dtype."""
-    index = (logits.to(gumbel.dtype) + gumbel).argmax(dim, keepdim=True)
+    index = argmax(logits.to(gumbel.dtype) + gumbel, dim)
     return one_hot(logits, dim, index)
 
 
@@ -162,7 +162,7 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> tuple[Tensor, Tensor]:
         perturbed = logits.to(gumbel.dtype) + gumbel
-        return one_hot(logits, dim, perturbed.argmax(dim, keepdim=True)), perturbed
+        return one_hot(logits, dim, argmax(perturbed, dim)), perturbed
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -188,7 +188,7 @@ class _GappedSample(torch.autograd.Function):
         logits: Tensor, gumbel: Tensor, dim: int, tau: float, gap: float
     ) -> tuple[Tensor, Tensor]:
         ell = logits.to(gumbel.dtype)
-        sample = one_hot(logits, dim, (ell + gumbel).argmax(dim, keepdim=True))
+        sample = one_hot(logits, dim, argmax(ell + gumbel, dim))
         ell = finite(ell)
         top = ell.amax(dim, keepdim=True)
         # The sampled logit is lifted to the maximum, every other one kept at least `gap` below.

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import finite, one_hot, opmath
+from .._kernels import argmax, finite, one_hot, opmath
 from ..ops._autograd import apply_function, cached_signature, forward_mode
 
 #: A term of a probability-space backward: (coefficient, s, r, temperature); the VJP is
@@ -216,7 +216,7 @@ class _ProbsSample(torch.autograd.Function):
         if kind == "gumbel_softmax":
             scaled = (log_q + gumbel) if tau == 1 else (log_q + gumbel) / tau
             return torch.softmax(finite(scaled), dim).to(probs.dtype)  # 0 where q_i = 0
-        index = (log_q.to(gumbel.dtype) + gumbel).argmax(dim, keepdim=True)
+        index = argmax(log_q.to(gumbel.dtype) + gumbel, dim)
         return one_hot(probs, dim, index)
 
     @staticmethod

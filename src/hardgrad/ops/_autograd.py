@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 
-from .._kernels import eager_plain, storable_mask
+from .._kernels import constant, eager_plain, storable_mask
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]
@@ -74,7 +74,7 @@ def masked(grad: Tensor, keep: Tensor) -> Tensor:
 def float_compare(compare: Callable[..., Tensor], x: Tensor, value: float) -> Tensor:
     """``compare(x, value)`` as 0/1 in ``x``'s dtype, written straight in that dtype."""
     if eager_plain(x):
-        return compare(x, value, out=torch.empty_like(x))
+        return compare(x, constant(value, x), out=torch.empty_like(x))
     return compare(x, value).to(x.dtype)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
+from .._kernels import argmax, eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature, forward_mode
 
@@ -39,7 +39,7 @@ class _OneHotArgmax(torch.autograd.Function):
 
     @staticmethod
     def forward(logits: Tensor, dim: int, tau: float) -> Tensor:
-        index = logits.argmax(dim, keepdim=True)
+        index = argmax(logits, dim)
         return one_hot(logits, dim, index)
 
     @staticmethod
