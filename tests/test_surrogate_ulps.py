@@ -361,8 +361,8 @@ def test_error_in_ulps_over_the_whole_line(surrogate, dtype, through_op):
 
 @pytest.mark.parametrize("surrogate", CASES)
 def test_error_in_ulps_compiled_float32(surrogate):
-    """The same bounds for the op's backward compiled by inductor (its own exp and fusions;
-    Sigmoid has a compiled form of its own), float32: the dtype models are compiled in."""
+    """The same bounds for the op's backward compiled by inductor (its own exp and
+    fusions), float32: the dtype models are compiled in."""
     torch._dynamo.reset()
     x, grad, got, err, reference = measure(surrogate, torch.float32, through_op=True, compiled=True)
     bound = allowed(surrogate, x, reference, grad, torch.float32)
@@ -374,7 +374,8 @@ def test_error_in_ulps_compiled_float32(surrogate):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("surrogate", [c for c in CASES if c.values[0].name == "sigmoid"])
 def test_compiled_sigmoid_error_in_ulps(surrogate, dtype):
-    """Sigmoid's compiled form (one exponential) in the other dtypes."""
+    """Sigmoid, the surrogate whose tails depend most on how exp is evaluated, compiled in
+    the other dtypes."""
     torch._dynamo.reset()
     x, grad, got, err, reference = measure(surrogate, dtype, through_op=True, compiled=True)
     bound = allowed(surrogate, x, reference, grad, dtype)

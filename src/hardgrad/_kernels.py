@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -17,8 +18,8 @@ def eager_plain(x: Tensor) -> bool:
     return not torch.compiler.is_compiling() and not _is_transformed(x)
 
 
-#: Cached 0-d tensors of :func:`constant`, by (value, dtype, device); cleared when full.
-_CONSTANTS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
+#: Cached 0-d tensors of :func:`constant`, by (value, sign, dtype, device); cleared when full.
+_CONSTANTS: dict[tuple[float, bool, torch.dtype, torch.device], Tensor] = {}
 _MAX_CONSTANTS = 256
 
 
@@ -27,9 +28,9 @@ def constant(value: float, like: Tensor) -> Tensor:
     on small tensors: a Python number costs every kernel a wrapped-scalar conversion
     (``torch.le`` on 4,096 floats into a float tensor: 2.1 µs with ``1.0``, 0.9 µs with a
     0-d tensor). A 0-d operand does not take part in type promotion, so the result is
-    the one the number gives. Keyed by value, so ``0.0`` and ``-0.0`` share an entry: for
-    comparisons and values whose zeros' signs cannot matter. Never modify the result."""
-    key = (value, like.dtype, like.device)
+    the one the number gives. ``0.0`` and ``-0.0`` are distinct entries. Never modify the
+    result."""
+    key = (value, math.copysign(1.0, value) < 0, like.dtype, like.device)
     found = _CONSTANTS.get(key)
     if found is None:
         with torch.inference_mode(False):  # usable by later calls that record autograd

@@ -350,7 +350,7 @@ class Quantize(SettingsInState, nn.Module):
         check_floating(x, "x")
         if not self._initialized and x.numel() > 0:
             self._initialize(x)
-        scale = self.step_size(x.dtype)
+        scale = self.scale  # made positive and bounded inside the quantizer (step_size)
         per_scale = x.numel()
         if self.per_channel_dim is not None:
             dim = self._channel_dim(x)
@@ -369,6 +369,7 @@ class Quantize(SettingsInState, nn.Module):
             identity=self.surrogate.kind == "identity",
             grad_scale=grad_scale,
             unrounded=self.in_range == "unrounded",
+            step_bounds=self._step_bounds(x.dtype),
         )
 
     def _checkpoint_settings(self) -> dict[str, Any]:

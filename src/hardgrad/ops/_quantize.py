@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import eager_plain, mask_condition, opmath_dtype, storable_mask
+from .._kernels import constant, eager_plain, mask_condition, opmath_dtype, storable_mask
 from .._validation import (
     check_broadcastable_to,
     check_floating,
@@ -65,8 +65,8 @@ def _grid(x: Tensor, inverse: Scale, zero_point: Tensor | None, dtype: torch.dty
     """
     if not eager_plain(x):  # (out of place: see _fake_quantize)
         return torch.round(x.to(dtype) * inverse) + (0.0 if zero_point is None else zero_point)
-    level = (x.to(dtype) * inverse).round_()
-    return level.add_(0.0 if zero_point is None else zero_point)
+    level = torch.mul(x if x.dtype == dtype else x.to(dtype), inverse).round_()
+    return level.add_(constant(0.0, level) if zero_point is None else zero_point)
 
 
 def _fake_quantize(
@@ -82,12 +82,15 @@ def _fake_quantize(
 
     ``in_range`` is decided on the rounded level (PyTorch's fake-quantize convention) or,
     with ``unrounded``, on :math:`x/s + z` before rounding (the LSQ paper's)."""
-    if unrounded and zero_point is None and eager_plain(x):
+    plain = eager_plain(x)
+    if unrounded and zero_point is None and plain:
         # x/s once, for the mask and (rounded in place) the level: 7 passes instead of 9.
-        scaled = x.to(_compute_dtype(x.dtype)) * inverse
+        dtype = _compute_dtype(x.dtype)
+        scaled = torch.mul(x if x.dtype == dtype else x.to(dtype), inverse)
         keep = saved_mask(torch.eq, torch.clamp(scaled, quant_min, quant_max), scaled, x.dtype)
-        level = scaled.round_().add_(0.0)  # as _grid: +0.0 for -0.0
-        return level.clamp_(quant_min, quant_max).mul_(scale).to(x.dtype), keep
+        y = scaled.round_().clamp_(quant_min, quant_max).mul_(scale)
+        y = y.add_(constant(0.0, y))  # +0.0 for the -0.0 that round gives small negatives
+        return (y if y.dtype == x.dtype else y.to(x.dtype)), keep
     if unrounded:
         scaled = x.to(_compute_dtype(x.dtype)) * inverse
         if zero_point is not None:
@@ -97,7 +100,7 @@ def _fake_quantize(
     clamped = torch.clamp(level, quant_min, quant_max)
     if not unrounded:
         keep = saved_mask(torch.eq, level, clamped, x.dtype)  # NaN: unset
-    if not eager_plain(x):
+    if not plain:
         # Out of place under torch.compile: with torch 2.11, dynamo loses the gradient
         # of an autograd.Function whose forward updates a tensor in place (seen on CPU
         # and CUDA; torch 2.13 is fine); inductor fuses either form alike.
@@ -106,7 +109,8 @@ def _fake_quantize(
         return (clamped * scale).to(x.dtype), keep
     if zero_point is not None:
         clamped.sub_(zero_point)
-    return clamped.mul_(scale).to(x.dtype), keep
+    y = clamped.mul_(scale)
+    return (y if y.dtype == x.dtype else y.to(x.dtype)), keep
 
 
 def _fake_quantize_value(
@@ -183,9 +187,30 @@ class _NumberScale:
         return y if keep is None else (y, keep)
 
 
+def _step(scale: Tensor, step_bounds: tuple[float, float] | None, dtype: torch.dtype) -> Tensor:
+    r"""The step size the grid uses: ``scale`` itself, or with ``step_bounds`` the learned
+    scale made positive and bounded, :math:`\min(\max(|s|, s_{\min}), s_{\max})` (in the
+    scale's dtype, then cast to ``dtype``, the compute dtype)."""
+    if step_bounds is not None:
+        low, high = step_bounds
+        scale = scale.abs()
+        scale = scale.clamp_(low, high) if eager_plain(scale) else scale.clamp(low, high)
+    return scale if scale.dtype == dtype else scale.to(dtype)
+
+
+def _step_sign(scale: Tensor, tangent: Tensor) -> Tensor:
+    r"""``tangent`` times :math:`\operatorname{sign}(s)` with :math:`\operatorname{sign}(0) =
+    1`: the derivative of :func:`_step`'s bounded step, straight through the bounds."""
+    return torch.where(scale < 0, -tangent, tangent).to(scale.dtype)
+
+
 @cached_signature
 class _FakeQuantize(torch.autograd.Function):
-    """Fake quantization; backward: masked STE for x, LSQ for scale and zero point."""
+    """Fake quantization; backward: masked STE for x, LSQ for scale and zero point.
+
+    With ``step_bounds``, ``scale`` is a learned raw scale and the step size is
+    :func:`_step` of it, with the gradient :func:`_step_sign` (one autograd node per call
+    instead of two: :class:`hardgrad.nn.Quantize`)."""
 
     generate_vmap_rule = True
 
@@ -199,21 +224,26 @@ class _FakeQuantize(torch.autograd.Function):
         identity: bool,
         grad_scale: float,
         unrounded: bool,
+        step_bounds: tuple[float, float] | None,
     ) -> tuple[Tensor, Tensor]:
-        y, keep = _fake_quantize(x, scale, 1.0 / scale, zero_point, quant_min, quant_max, unrounded)
+        step = _step(scale, step_bounds, _compute_dtype(x.dtype))
+        inverse = torch.reciprocal(step)  # (what 1.0 / step computes)
+        y, keep = _fake_quantize(x, step, inverse, zero_point, quant_min, quant_max, unrounded)
         return y, storable_mask(keep)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs
+        x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs[:8]
         keep = output[1]
         ctx.mark_non_differentiable(keep)
+        ctx.step_bounds = inputs[8]
+        ctx.compute_dtype = _compute_dtype(x.dtype)
         ctx.identity = identity
         ctx.grad_scale = grad_scale
         ctx.unrounded = unrounded
         ctx.bounds = (quant_min, quant_max)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            ctx.save_for_backward(keep, x, scale, zero_point, output[0])
+            ctx.save_for_backward(keep, x, scale, zero_point)
         elif not identity:
             ctx.save_for_backward(keep)
         # else: nothing; the identity needs no mask, and no qparam needs a gradient.
@@ -224,40 +254,46 @@ class _FakeQuantize(torch.autograd.Function):
         grad_x = grad if ctx.identity else masked(grad, saved[0])
         grad_scale = grad_zero_point = None
         if len(saved) > 1:
-            keep, x, scale, zero_point, y = saved
-            g = grad.to(scale.dtype)
-            if zero_point is None and y.dtype == scale.dtype and eager_plain(g):
-                # y = clamp(round(x/s)) s, so dy/ds = (y - m x)/s: from the saved output
-                # (5 passes instead of 8; NaN x gives a NaN scale gradient).
-                dy_ds = torch.sub(y, torch.where(mask_condition(keep), x, 0.0)).mul_(1.0 / scale)
-                grad_scale = dy_ds.mul_(g).sum_to_size(scale.shape).mul_(ctx.grad_scale)
-            elif zero_point is None:  # the common LSQ case: the scale's partial alone
+            keep, x, raw, zero_point = saved
+            scale = _step(raw, ctx.step_bounds, ctx.compute_dtype)
+            g = grad if grad.dtype == scale.dtype else grad.to(scale.dtype)
+            if zero_point is None:  # the common LSQ case: the scale's partial alone
                 dy_ds = _scale_partial(ctx.bounds, keep, x, scale)
-                # In place only outside transforms (vmap batches g, not dy_ds).
-                product = dy_ds.mul_(g) if eager_plain(g) else dy_ds * g
-                grad_scale = product.sum_to_size(scale.shape) * ctx.grad_scale
+                if eager_plain(g):  # (in place only outside transforms: vmap batches g)
+                    grad_scale = dy_ds.mul_(g).sum_to_size(scale.shape).mul_(ctx.grad_scale)
+                else:
+                    grad_scale = (dy_ds * g).sum_to_size(scale.shape) * ctx.grad_scale
             else:
                 dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
                 if ctx.needs_input_grad[1]:
                     grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
                 if ctx.needs_input_grad[2]:
                     grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
-        return grad_x, grad_scale, grad_zero_point, None, None, None, None, None
+            if ctx.step_bounds is not None and grad_scale is not None:
+                grad_scale = _step_sign(raw, grad_scale)
+        return grad_x, grad_scale, grad_zero_point, None, None, None, None, None, None
 
 
 def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tensor) -> Tensor:
     r""":math:`\partial y/\partial s` of :func:`_qparam_partials` for a zero point of 0, in
-    fewer passes: :math:`\operatorname{clamp}(\operatorname{round}(x/s), q_-, q_+) - m\,x/s`
-    with the in-range mask :math:`m`. In range the clamp is the identity; outside it gives
-    the bound on the side that was crossed, whether "in range" was read before or after
-    rounding (the bounds are integers, so rounding never crosses one). A NaN ``x`` gives
-    NaN, as in eager mode and in torch's learnable fake-quantize kernels."""
+    fewer passes: :math:`\operatorname{clamp}(\operatorname{round}(w), q_-, q_+) - m\,w`
+    with :math:`w = \operatorname{clamp}(x/s, q_- - 1, q_+ + 1)` and the in-range mask
+    :math:`m`. In range :math:`w = x/s` (in range, :math:`x/s` is within half a step of
+    the range) and the clamp of the level is the identity; outside, :math:`m\,w = 0` and
+    the level is the bound on the side that was crossed, whether "in range" was read before
+    or after rounding (the bounds are integers, so rounding never crosses one). The wide
+    clamp keeps :math:`w` finite, so the mask multiplies (no ``torch.where``, several
+    times slower on CPU, and none of the slow bool reads of inductor) without making
+    ``0 * inf``. A NaN ``x`` gives NaN, as in torch's learnable fake-quantize kernels."""
     quant_min, quant_max = bounds
-    x_over_s = x.to(scale.dtype) * (1.0 / scale)
-    inside = torch.where(mask_condition(keep), x_over_s, 0.0)
-    if eager_plain(x_over_s):
-        return torch.round(x_over_s).clamp_(quant_min, quant_max).sub_(inside)
-    return torch.round(x_over_s).clamp(quant_min, quant_max) - inside
+    inverse = torch.reciprocal(scale)  # (what 1.0 / scale computes)
+    if eager_plain(x):
+        scaled = torch.mul(x if x.dtype == scale.dtype else x.to(scale.dtype), inverse)
+        wide = scaled.clamp_(quant_min - 1, quant_max + 1)
+        level = torch.round(wide).clamp_(quant_min, quant_max)
+        return level.sub_(wide.mul_(keep))
+    wide = torch.clamp(x.to(scale.dtype) * inverse, quant_min - 1, quant_max + 1)
+    return torch.round(wide).clamp(quant_min, quant_max) - wide * keep
 
 
 def _qparam_partials(
@@ -307,7 +343,10 @@ class _FakeQuantizeJVP(_FakeQuantize):
         zero_dot: Tensor | None,
         *_settings: Any,
     ) -> tuple[Tensor, None]:
-        keep, x, scale, zero_point = ctx.saved_tensors
+        keep, x, raw, zero_point = ctx.saved_tensors
+        scale = _step(raw, ctx.step_bounds, ctx.compute_dtype)
+        if scale_dot is not None and ctx.step_bounds is not None:
+            scale_dot = _step_sign(raw, scale_dot).to(scale.dtype)
         y_dot = torch.zeros_like(x, dtype=scale.dtype)
         if x_dot is not None:
             y_dot = y_dot + (x_dot if ctx.identity else x_dot * keep).to(scale.dtype)
@@ -549,7 +588,16 @@ def quantize(
     if value_checks_apply(scale_t):
         _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
     y, _ = apply_function(
-        _FakeQuantize, x, scale_t, zero_point_t, quant_min, quant_max, identity, factor, unrounded
+        _FakeQuantize,
+        x,
+        scale_t,
+        zero_point_t,
+        quant_min,
+        quant_max,
+        identity,
+        factor,
+        unrounded,
+        None,
     )
     return y
 
@@ -563,22 +611,29 @@ def quantize_step_size(
     identity: bool,
     grad_scale: float,
     unrounded: bool,
+    step_bounds: tuple[float, float] | None = None,
 ) -> Tensor:
-    """:func:`quantize` with a zero point of 0 and a tensor ``step`` already known to be a
+    r""":func:`quantize` with a zero point of 0 and a tensor ``step`` already known to be a
     positive normal number of the compute dtype whose grid fits ``x``'s dtype (what
     :class:`hardgrad.nn.Quantize` guarantees by bounding its step size): the same Function,
-    without the value checks and their device sync. The caller checks ``x`` and the range."""
+    without the value checks and their device sync. The caller checks ``x`` and the range.
+
+    With ``step_bounds=(low, high)``, ``step`` is the raw learned scale :math:`s` and the
+    step size is :math:`\min(\max(|s|, low), high)`, with the gradient
+    :math:`\operatorname{sign}(s)` (1 at 0) straight through the bounds, in the same
+    Function: :class:`hardgrad.nn.Quantize`'s forward is then one autograd node."""
     check_broadcastable_to(step, x.shape, "scale")
     y, _ = apply_function(
         _FakeQuantize,
         x,
-        step.to(_compute_dtype(x.dtype)),
+        step if step_bounds is not None else step.to(_compute_dtype(x.dtype)),
         None,
         quant_min,
         quant_max,
         identity,
         grad_scale,
         unrounded,
+        step_bounds,
     )
     return y
 
