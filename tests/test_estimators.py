@@ -561,6 +561,31 @@ def test_bernoulli_st_gumbel(tau, dtype, tol, assert_close_to):
     assert_close_to(grad, dsigmoid(u) / tau * gbar, tol)
 
 
+@pytest.mark.parametrize(
+    "estimator", [GumbelSoftmax, STGumbel], ids=["gumbel_softmax", "st_gumbel"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0])
+def test_bernoulli_relaxed_gradients_keep_their_tails(estimator, dtype, tau):
+    """sigma'(d / tau) / tau at perturbed log-odds d = l + L far out (|d / tau| from 15 to
+    40), where sigma(d / tau) rounds to 1 in float32 and s (1 - s) of it would be 0: the
+    gradient keeps its relative accuracy (float32: the rounding of d, |d| 6e-8 at most,
+    moves sigma' by that much over tau)."""
+    est = estimator(tau=tau)
+    gen = torch.Generator().manual_seed(21)
+    noise = est.bernoulli_noise(torch.empty(2, 64, dtype=dtype), gen)
+    logistic = noise[..., 1].double() - noise[..., 0].double()
+    target = torch.linspace(15, 40, 64, dtype=torch.float64) * tau * torch.tensor([[1.0], [-1.0]])
+    logits = (target - logistic).to(dtype)
+    gbar = torch.randn(logits.shape, generator=gen, dtype=torch.float64).to(dtype)
+    x = logits.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(est.bernoulli(x, noise), x, gbar)
+    u = (logits.double() + logistic) / tau
+    slope = torch.exp(-u.abs()) / (1 + torch.exp(-u.abs())) ** 2  # sigma'(u), no cancellation
+    rtol = 1e-12 if dtype == torch.float64 else 4e-5
+    torch.testing.assert_close(grad.double(), slope / tau * gbar.double(), rtol=rtol, atol=0)
+
+
 def test_bernoulli_st_identity(dtype):
     ell, gbar, b, grad, logistic = _bernoulli_case(STIdentity(), dtype)
     assert torch.equal(b.detach().double(), (ell + logistic > 0).double())
@@ -837,22 +862,23 @@ def tiny_tau(name: str) -> Estimator:
 @pytest.mark.compile
 def test_compile_fullgraph_matches_eager_and_stays_finite(fresh_dynamo, assert_same):
     """torch.compile(fullgraph=True) of hg.categorical with every registered estimator at
-    tau = 1e-3 on extreme logits (and of hg.bernoulli with "st"): no NaN, and, with
-    inductor's fallback_random (so that the compiled graph draws eager's random numbers),
-    the same samples and gradients as eager.
+    tau = 1e-3 on extreme logits (and of hg.bernoulli with "st", "st_gumbel" and
+    "gumbel_softmax"): no NaN, and, with inductor's fallback_random (so that the compiled
+    graph draws eager's random numbers), the same samples and gradients as eager.
 
     One graph holds all the estimators: each compile costs seconds of fixed overhead on
     CPU (about 20 s cold for this graph, against about 30 s for one graph per estimator).
     A ``generator`` cannot be passed through a fullgraph compile in torch 2.13 (dynamo has
     no proxy for torch.Generator), so the global RNG is used here."""
     estimators = [tiny_tau(name) for name in PATHWISE]
-    units = [*estimators, ST(tau=1e-3)]  # the last one as Bernoulli units
+    binary = [ST(tau=1e-3), STGumbel(tau=1e-3), GumbelSoftmax(tau=1e-3)]
+    units = [*estimators, *binary]  # the last ones as Bernoulli units
     logits = compile_rows().expand(len(units), -1, -1).contiguous()  # one slice per unit
     w = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
 
     def fn(x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         outputs = [hg.categorical(x[i], estimator=est) for i, est in enumerate(estimators)]
-        outputs.append(hg.bernoulli(x[-1], estimator=units[-1]))
+        outputs += [hg.bernoulli(x[len(estimators) + i], estimator=e) for i, e in enumerate(binary)]
         return outputs, sum((y * w[i]).sum() for i, y in enumerate(outputs))
 
     compiled = torch.compile(fn, fullgraph=True)
@@ -878,10 +904,16 @@ def test_compile_fullgraph_matches_eager_and_stays_finite(fresh_dynamo, assert_s
         )
 
 
-@pytest.mark.parametrize(("name", "limit"), [("st_identity", 0), ("st", 4), ("st_gumbel", 4)])
-def test_bytes_saved_for_backward_per_element(name, limit):
+@pytest.mark.parametrize(
+    "sampler", [hg.categorical, hg.bernoulli], ids=["categorical", "bernoulli"]
+)
+@pytest.mark.parametrize(
+    ("name", "limit"), [("st_identity", 0), ("st", 4), ("st_gumbel", 4), ("gumbel_softmax", 4)]
+)
+def test_bytes_saved_for_backward_per_element(sampler, name, limit):
     """float32 logits: st_identity saves nothing, st the logits, st_gumbel only the perturbed
-    logits (not logits and noise separately)."""
+    logits (not logits and noise separately), the Gumbel-softmax its output (categorical)
+    or the perturbed log-odds (Bernoulli), not the noise or NaN masks besides."""
     logits = torch.randn(64, 16, requires_grad=True)
     saved: list[torch.Tensor] = []
 
@@ -890,7 +922,7 @@ def test_bytes_saved_for_backward_per_element(name, limit):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        hg.categorical(logits, estimator=name, generator=torch.Generator().manual_seed(0))
+        sampler(logits, estimator=name, generator=torch.Generator().manual_seed(0))
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
     assert sum(storages.values()) / logits.numel() <= limit
 

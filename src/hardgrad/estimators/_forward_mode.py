@@ -13,8 +13,8 @@ logits' tangent by the same :math:`J`. Every estimator here has a symmetric :mat
 
 So the tangent of the sample is the backward's formula applied to the tangent of the
 logits, :math:`\dot y = J \dot\ell = J^\top \dot\ell`, computed by the very code the
-backward runs (the same numbers for the same vector). The Gumbel-softmax relaxation is
-plain torch operations and needs no rule. The score-function estimators of
+backward runs (the same numbers for the same vector). The Gumbel-softmax relaxation's
+Jacobian, :math:`\tfrac1\tau J(y)`, is symmetric too. The score-function estimators of
 :func:`hardgrad.expectation` get the estimate's directional derivative (``_ScoreGradientJVP``);
 REBAR and RELAX have none and say so. Each twin below saves for forward what its plain
 class saves for backward; :func:`hardgrad.ops._autograd.apply_function` uses the twins only
@@ -38,6 +38,7 @@ from ._pathwise import (
     _GumbelStraightThroughSample,
     _IdentitySample,
     _ReinMaxSample,
+    _Relaxation,
     _StraightThroughSample,
 )
 from ._score import _ScoreGradient
@@ -50,7 +51,12 @@ class _BinarySampleJVP(_BinarySample):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _BinarySample.setup_context(ctx, inputs, output)
         logits, sample, difference = inputs[0], output[0], output[1]
-        saved = {"st": (logits,), "st_gumbel": (difference,), "reinmax": (logits, sample)}
+        saved = {
+            "st": (logits,),
+            "st_gumbel": (difference,),
+            "relaxed": (difference,),
+            "reinmax": (logits, sample),
+        }
         ctx.save_for_forward(*saved.get(ctx.kind, ()))
 
     @staticmethod
@@ -90,6 +96,19 @@ class _GumbelStraightThroughSampleJVP(_GumbelStraightThroughSample):
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor, None]:
         return _GumbelStraightThroughSample.backward(ctx, tangent, None)[0], None
+
+
+@forward_mode(_Relaxation)
+@cached_signature
+class _RelaxationJVP(_Relaxation):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _Relaxation.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*((output,) if ctx.from_output else inputs[:2]))
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor:
+        return _Relaxation.backward(ctx, tangent)[0]
 
 
 @forward_mode(_BinaryGappedSample)

@@ -14,6 +14,7 @@ it is the formula's limit (:mod:`hardgrad.estimators._probs`); each class says i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._kernels import argmax, eager_plain, finite, one_hot, opmath, softmax_vjp
+from .._kernels import argmax, constant, eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
@@ -42,16 +43,38 @@ def _check_tau(tau: Any) -> float:
     return check_positive(tau, "tau")
 
 
+def _perturbed_log_odds(logits: Tensor, gumbel: Tensor) -> Tensor:
+    r""":math:`d = \ell + g_1 - g_0` in the noise's (compute) dtype."""
+    g0, g1 = gumbel.unbind(-1)
+    difference = logits.to(gumbel.dtype) + g1
+    return difference.sub_(g0) if eager_plain(difference) else difference - g0
+
+
 def _binary_sample(logits: Tensor, gumbel: Tensor) -> tuple[Tensor, Tensor]:
     """Class 1 of the Gumbel-max sample of ``[0, logits]`` and the perturbed log-odds.
 
     ``argmax(g0, logits + g1)`` picks class 1 unless ``logits + g1 <= g0`` (ties go to the
-    first class, NaN counts as the largest), which is what ``1 - (logits + g1 <= g0)`` says.
+    first class, NaN counts as the largest), which is ``d <= 0`` for the perturbed log-odds
+    ``d = logits + g1 - g0``: the sign of a difference of floats is exact, and the noise is
+    finite. Both come from ``d``, so that the noise is read once (under ``torch.compile``
+    a second reader makes inductor write the noise pair out).
     """
-    g0, g1 = gumbel.unbind(-1)
-    perturbed = logits.to(gumbel.dtype) + g1
-    sample = 1 - torch.le(perturbed, g0).to(logits.dtype)
-    return sample, perturbed - g0
+    difference = _perturbed_log_odds(logits, gumbel)
+    if not eager_plain(difference):
+        return 1 - torch.le(difference, 0).to(logits.dtype), difference
+    # Written straight into the sample's dtype, with 0-d constants: 2 kernels, not 3 (and
+    # no wrapped Python numbers), which is most of the cost on small tensors.
+    sample = torch.le(difference, constant(0.0, difference), out=torch.empty_like(logits))
+    return torch.sub(constant(1.0, sample), sample, out=sample), difference
+
+
+def _binary_relaxation(logits: Tensor, gumbel: Tensor, tau: float) -> tuple[Tensor, Tensor]:
+    r"""Class 1 of the two-class Gumbel-softmax, :math:`\sigma(d/\tau)` in ``logits``'
+    dtype, and the perturbed log-odds :math:`d = \ell + g_1 - g_0` (compute dtype)."""
+    difference = _perturbed_log_odds(logits, gumbel)
+    scaled = finite(difference if tau == 1 else difference / tau)
+    relaxed = scaled.sigmoid_() if eager_plain(scaled) else scaled.sigmoid()
+    return relaxed.to(logits.dtype), difference
 
 
 def _sigmoid_slope(x: Tensor) -> Tensor:
@@ -63,12 +86,18 @@ _sigmoid_backward = torch.ops.aten.sigmoid_backward.default
 
 
 def _times_sigmoid_slope(grad: Tensor, x: Tensor, tau: float) -> Tensor:
-    r""":math:`g\,\sigma'(x/\tau)/\tau` in ``grad``'s dtype, for finite ``x`` in the compute
-    dtype. :math:`\sigma'` is even, so it is :math:`s(1 - s)` at :math:`s = \sigma(-|x|/\tau)
+    r""":math:`g\,\sigma'(x/\tau)/\tau` in ``grad``'s dtype, for ``x`` in the compute
+    dtype, NaN read as 0 (the slope 1/4) and :math:`\pm\infty` giving 0.
+    :math:`\sigma'` is even, so it is :math:`s(1 - s)` at :math:`s = \sigma(-|x|/\tau)
     \le 1/2`, where :math:`1 - s` has no cancellation (as accurate in the tails as
     :math:`\sigma(x)\sigma(-x)`), times :math:`g` in one fused kernel (what
     ``torch.sigmoid``'s own backward runs): 4 passes instead of 8."""
-    scaled = x.abs() if tau == 1 else x.abs().div_(tau)
+    magnitude = x.abs()
+    if eager_plain(magnitude):
+        magnitude = magnitude.nan_to_num_(0.0, posinf=math.inf)
+    else:  # what inductor fuses best
+        magnitude = torch.where(magnitude != magnitude, 0.0, magnitude)
+    scaled = magnitude if tau == 1 else magnitude.div_(tau)
     s = torch.sigmoid(scaled.neg_())
     out = _sigmoid_backward(opmath(grad), s)
     return (out if tau == 1 else out.div_(tau)).to(grad.dtype)
@@ -76,14 +105,18 @@ def _times_sigmoid_slope(grad: Tensor, x: Tensor, tau: float) -> Tensor:
 
 @cached_signature
 class _BinarySample(torch.autograd.Function):
-    """The Bernoulli unit's direct form: class 1 of the two-class sample, with the binary
+    r"""The Bernoulli unit's direct form: class 1 of the two-class sample, with the binary
     version of each straight-through backward (``kind``: "st", "identity", "st_gumbel",
-    "reinmax")."""
+    "reinmax"), or (``kind`` "relaxed") class 1 of the two-class Gumbel-softmax with its
+    exact backward, :math:`\bar y\,\sigma'(d/\tau)/\tau` at the perturbed log-odds
+    :math:`d` (the one tensor saved), which is ST-Gumbel's."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, kind: str, tau: float) -> tuple[Tensor, Tensor]:
+        if kind == "relaxed":
+            return _binary_relaxation(logits, gumbel, tau)
         return _binary_sample(logits, gumbel)
 
     @staticmethod
@@ -93,7 +126,7 @@ class _BinarySample(torch.autograd.Function):
         ctx.mark_non_differentiable(difference)
         if ctx.kind == "st":
             ctx.save_for_backward(logits)
-        elif ctx.kind == "st_gumbel":
+        elif ctx.kind in ("st_gumbel", "relaxed"):
             ctx.save_for_backward(difference)
         elif ctx.kind == "reinmax":
             ctx.save_for_backward(logits, sample)
@@ -109,8 +142,8 @@ class _BinarySample(torch.autograd.Function):
             r = 0.5 * (torch.sigmoid(finite(ell / tau)) + sample.to(ell.dtype))
             factor = 2 * r * (1 - r) - 0.5 * _sigmoid_slope(ell)
             return (opmath(grad) * factor).to(grad.dtype), None, None, None
-        (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones for "st_gumbel"
-        return _times_sigmoid_slope(grad, finite(opmath(x)), tau), None, None, None
+        (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones otherwise
+        return _times_sigmoid_slope(grad, opmath(x), tau), None, None, None
 
 
 @cached_signature
@@ -175,6 +208,45 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor, _grad_perturbed: Any) -> tuple[Tensor, None, None, None]:
         (perturbed,) = ctx.saved_tensors
         return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None
+
+
+def _relaxed_softmax(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+    r""":math:`\operatorname{softmax}((\ell + g)/\tau)` along ``dim`` in the compute dtype,
+    with NaN read as 0 and infinities as large finite values."""
+    perturbed = logits.to(gumbel.dtype) + gumbel
+    if tau != 1:
+        perturbed = perturbed.div_(tau) if eager_plain(perturbed) else perturbed / tau
+    return torch.softmax(finite(perturbed), dim)
+
+
+@cached_signature
+class _Relaxation(torch.autograd.Function):
+    r"""The Gumbel-softmax relaxation :math:`y = \operatorname{softmax}((\ell + g)/\tau)`
+    with its exact backward :math:`\tfrac1\tau J(y)^\top \bar y`, from the saved output
+    (nothing else) for float32/float64 logits; half-precision ones save their logits and
+    noise, and the backward recomputes :math:`y` in float32."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+        return _relaxed_softmax(logits, gumbel, dim, tau).to(logits.dtype)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, gumbel, ctx.dim, ctx.tau = inputs
+        ctx.from_output = output.dtype == gumbel.dtype
+        ctx.save_for_backward(*((output,) if ctx.from_output else (logits, gumbel)))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        if ctx.from_output:
+            (relaxed,) = ctx.saved_tensors
+        else:
+            logits, gumbel = ctx.saved_tensors
+            relaxed = _relaxed_softmax(logits, gumbel, ctx.dim, ctx.tau)
+        vjp = _softmax_jacobian_product(opmath(grad), relaxed, ctx.dim)
+        return (vjp if ctx.tau == 1 else vjp / ctx.tau).to(grad.dtype), None, None, None
 
 
 @cached_signature
@@ -245,7 +317,7 @@ class _BinaryGappedSample(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
         (difference,) = ctx.saved_tensors
-        return _times_sigmoid_slope(grad, finite(opmath(difference)), ctx.tau), None, None, None
+        return _times_sigmoid_slope(grad, opmath(difference), ctx.tau), None, None, None
 
 
 def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
@@ -546,15 +618,13 @@ class GumbelSoftmax(_Tempered):
     discrete: ClassVar[bool] = False
 
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
-        relaxed = torch.softmax(finite((opmath(logits) + noise) / self.tau), dim)
-        return relaxed.to(logits.dtype)
+        return apply_function(_Relaxation, logits, noise, dim, self.tau)
 
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         r"""Class 1 of the two-class relaxation in its direct form,
         :math:`\sigma((\ell + g_1 - g_0)/\tau)` (:math:`g_1 - g_0` is logistic): the
         two-class softmax's value up to rounding, without the stacked logits."""
-        g0, g1 = noise.unbind(-1)
-        return torch.sigmoid(finite((opmath(logits) + (g1 - g0)) / self.tau)).to(logits.dtype)
+        return apply_function(_BinarySample, logits, noise, "relaxed", self.tau)[0]
 
 
 @ESTIMATORS.register("st_gumbel")
