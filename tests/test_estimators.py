@@ -602,6 +602,31 @@ def test_bernoulli_reinmax(tau, dtype, tol, assert_close_to):
     assert_close_to(grad, (2 * r * (1 - r) - 0.5 * p * (1 - p)) * gbar, tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0])
+def test_bernoulli_reinmax_keeps_its_tails(dtype, tau):
+    """Log-odds from 15 to 40 (b = 1 but with probability below 3e-7) and their negatives
+    (b = 0): 2 r (1 - r) with r = (sigma(l / tau) + 1) / 2 has 1 - r = sigma(-l / tau) / 2,
+    which a direct 1 - r rounds to 0 in float32 (and loses in float64 too); the backward
+    keeps its relative accuracy. Reference: float64 from exponentials, no differences of
+    nearly equal numbers."""
+    est = ReinMax(tau=tau)
+    gen = torch.Generator().manual_seed(22)
+    ell = torch.linspace(15, 40, 64, dtype=torch.float64) * torch.tensor([[1.0], [-1.0]])
+    noise = est.bernoulli_noise(ell.to(dtype), gen)
+    x = ell.to(dtype).requires_grad_()
+    b = est.bernoulli(x, noise)
+    assert torch.equal(b.detach().double(), (ell > 0).double())
+    gbar = torch.randn(ell.shape, generator=gen, dtype=torch.float64).to(dtype)
+    (grad,) = torch.autograd.grad(b, x, gbar)
+    other = 1 / (1 + torch.exp(ell.abs() / tau))  # sigma(-|l| / tau): the value not drawn
+    two_r_one_minus_r = other * (2 - other) / 2
+    slope = torch.exp(-ell.abs()) / (1 + torch.exp(-ell.abs())) ** 2
+    expected = (two_r_one_minus_r - slope / 2) * gbar.double()
+    rtol = 1e-12 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(grad.double(), expected, rtol=rtol, atol=0)
+
+
 # --------------------------------------------------------------------------------------
 # Statistical properties.
 # --------------------------------------------------------------------------------------

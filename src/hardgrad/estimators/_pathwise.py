@@ -77,11 +77,6 @@ def _binary_relaxation(logits: Tensor, gumbel: Tensor, tau: float) -> tuple[Tens
     return relaxed.to(logits.dtype), difference
 
 
-def _sigmoid_slope(x: Tensor) -> Tensor:
-    """sigma'(x) = sigma(x) sigma(-x), 0 (not NaN) at +-inf."""
-    return torch.sigmoid(x) * torch.sigmoid(-x)
-
-
 _sigmoid_backward = torch.ops.aten.sigmoid_backward.default
 
 
@@ -101,6 +96,28 @@ def _times_sigmoid_slope(grad: Tensor, x: Tensor, tau: float) -> Tensor:
     s = torch.sigmoid(scaled.neg_())
     out = _sigmoid_backward(opmath(grad), s)
     return (out if tau == 1 else out.div_(tau)).to(grad.dtype)
+
+
+def _binary_reinmax_backward(grad: Tensor, logits: Tensor, sample: Tensor, tau: float) -> Tensor:
+    r"""ReinMax's two-class backward, :math:`\bar y\,(2r(1 - r) - \tfrac12\sigma'(\ell))`
+    with :math:`r = \tfrac12(\sigma(\ell/\tau) + b)`, in a form without cancellation.
+
+    With :math:`a = \sigma((1 - 2b)\,\ell/\tau)`, the probability at temperature
+    :math:`\tau` of the value not drawn, :math:`2r(1 - r) = a(2 - a)/2` for both values of
+    :math:`b` (:math:`1 - r = a/2` when :math:`b = 1`: no :math:`1 - r` rounds to 0 for
+    large :math:`\ell`). At :math:`\tau = 1`, :math:`\sigma'(\ell) = a(1 - a)`, so the
+    factor is exactly :math:`a/2`. NaN logits are read as 0, infinite ones as large.
+    """
+    ell = finite(opmath(logits))
+    flip = 1 - 2 * sample.to(ell.dtype)  # +1 where b = 0, -1 where b = 1
+    signed = ell * flip
+    a = torch.sigmoid(signed if tau == 1 else signed.div_(tau))
+    g = opmath(grad)
+    if tau == 1:
+        return (g * a).mul_(0.5).to(grad.dtype)
+    s = torch.sigmoid(ell.abs().neg_())  # sigma'(l) = s (1 - s) at s = sigma(-|l|)
+    factor = (a * (2 - a)).sub_(s * (1 - s))
+    return (g * factor).mul_(0.5).to(grad.dtype)
 
 
 @cached_signature
@@ -138,10 +155,7 @@ class _BinarySample(torch.autograd.Function):
             return grad, None, None, None
         if kind == "reinmax":
             logits, sample = ctx.saved_tensors
-            ell = finite(opmath(logits))
-            r = 0.5 * (torch.sigmoid(finite(ell / tau)) + sample.to(ell.dtype))
-            factor = 2 * r * (1 - r) - 0.5 * _sigmoid_slope(ell)
-            return (opmath(grad) * factor).to(grad.dtype), None, None, None
+            return _binary_reinmax_backward(grad, logits, sample, tau), None, None, None
         (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones otherwise
         return _times_sigmoid_slope(grad, opmath(x), tau), None, None, None
 
@@ -263,9 +277,11 @@ class _GappedSample(torch.autograd.Function):
         sample = one_hot(logits, dim, argmax(ell + gumbel, dim))
         ell = finite(ell)
         top = ell.amax(dim, keepdim=True)
-        # The sampled logit is lifted to the maximum, every other one kept at least `gap` below.
-        gapped = torch.where(sample.to(torch.bool), top, torch.minimum(ell, top - gap))
-        return sample, gapped
+        # The sampled logit is lifted to the maximum, every other one kept at least `gap`
+        # below: D top + (1 - D) min(l, top - gap), exact (one product is 0, both factors
+        # finite); a bool D would be what inductor's partitioner saves, and stores slowly.
+        on = sample.to(ell.dtype)
+        return sample, top * on + torch.minimum(ell, top - gap) * (1 - on)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -290,8 +306,11 @@ class _BinaryGappedSample(torch.autograd.Function):
     :math:`(z_0, z_1) = (\min(0, t - \kappa), t)` when :math:`b = 1` and
     :math:`(t, \min(\ell, t - \kappa))` when :math:`b = 0`; the backward of class 1 with
     respect to :math:`\ell` is :math:`\bar y\, \sigma'(d/\tau)/\tau` with
-    :math:`d = z_1 - z_0`, what the two-class softmax Jacobian gives. Same sample and, up to
-    rounding, the same gradient as :class:`_GappedSample` on ``[0, logits]``.
+    :math:`d = z_1 - z_0`, what the two-class softmax Jacobian gives. As :math:`\kappa > 0`,
+    that difference is :math:`d = \max(\ell, \kappa)` when :math:`b = 1` and
+    :math:`\min(\ell, -\kappa)` when :math:`b = 0`, computed so, without rounding. Same
+    sample and, up to rounding, the same gradient as :class:`_GappedSample` on
+    ``[0, logits]``.
     """
 
     generate_vmap_rule = True
@@ -300,12 +319,11 @@ class _BinaryGappedSample(torch.autograd.Function):
     def forward(logits: Tensor, gumbel: Tensor, tau: float, gap: float) -> tuple[Tensor, Tensor]:
         sample, _ = _binary_sample(logits, gumbel)
         ell = finite(logits.to(gumbel.dtype))
-        top = torch.clamp_min(ell, 0.0)
-        below = top - gap
-        on = sample.to(torch.bool)
-        z1 = torch.where(on, top, torch.minimum(ell, below))
-        z0 = torch.where(on, torch.clamp_max(below, 0.0), top)
-        return sample, z1 - z0
+        # b max(l, gap) + (1 - b) min(l, -gap): exact, as one product is 0 (l is finite),
+        # and no bool tensor, which inductor's partitioner would save (and CPU code stores
+        # slowly) in place of the difference
+        on = sample.to(ell.dtype)
+        return sample, ell.clamp_min(gap) * on + ell.clamp_max(-gap) * (1 - on)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
