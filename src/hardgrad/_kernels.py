@@ -98,6 +98,12 @@ def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def cast(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """``x.to(dtype)``, skipping the call when ``x`` already has that dtype (``Tensor.to``
+    costs 0.7 µs of argument parsing even when it returns ``x`` itself)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def opmath(x: Tensor) -> Tensor:
     """Half types are relaxed in float32."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
@@ -109,7 +115,7 @@ def softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
     p = torch.softmax(finite(scaled), dim)
     # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).
     vjp = torch._softmax_backward_data(opmath(grad), p, dim, p.dtype)
-    return (vjp if tau == 1 else vjp / tau).to(grad.dtype)
+    return cast(vjp if tau == 1 else vjp / tau, grad.dtype)
 
 
 def random_tensor(

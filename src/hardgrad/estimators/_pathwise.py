@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._kernels import argmax, constant, eager_plain, finite, one_hot, opmath, softmax_vjp
+from .._kernels import argmax, cast, constant, eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
 from ._base import ESTIMATORS, Estimator, uniform
@@ -30,7 +30,7 @@ from ._base import ESTIMATORS, Estimator, uniform
 
 def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
     """The exact one-hot sample ``onehot(argmax(logits + gumbel))`` in ``logits``' dtype."""
-    index = argmax(logits.to(gumbel.dtype) + gumbel, dim)
+    index = argmax(cast(logits, gumbel.dtype) + gumbel, dim)
     return one_hot(logits, dim, index)
 
 
@@ -46,7 +46,7 @@ def _check_tau(tau: Any) -> float:
 def _perturbed_log_odds(logits: Tensor, gumbel: Tensor) -> Tensor:
     r""":math:`d = \ell + g_1 - g_0` in the noise's (compute) dtype."""
     g0, g1 = gumbel.unbind(-1)
-    difference = logits.to(gumbel.dtype) + g1
+    difference = cast(logits, gumbel.dtype) + g1
     return difference.sub_(g0) if eager_plain(difference) else difference - g0
 
 
@@ -74,7 +74,7 @@ def _binary_relaxation(logits: Tensor, gumbel: Tensor, tau: float) -> tuple[Tens
     difference = _perturbed_log_odds(logits, gumbel)
     scaled = finite(difference if tau == 1 else difference / tau)
     relaxed = scaled.sigmoid_() if eager_plain(scaled) else scaled.sigmoid()
-    return relaxed.to(logits.dtype), difference
+    return cast(relaxed, logits.dtype), difference
 
 
 _sigmoid_backward = torch.ops.aten.sigmoid_backward.default
@@ -95,7 +95,7 @@ def _times_sigmoid_slope(grad: Tensor, x: Tensor, tau: float) -> Tensor:
     scaled = magnitude if tau == 1 else magnitude.div_(tau)
     s = torch.sigmoid(scaled.neg_())
     out = _sigmoid_backward(opmath(grad), s)
-    return (out if tau == 1 else out.div_(tau)).to(grad.dtype)
+    return cast(out if tau == 1 else out.div_(tau), grad.dtype)
 
 
 def _binary_reinmax_backward(grad: Tensor, logits: Tensor, sample: Tensor, tau: float) -> Tensor:
@@ -109,15 +109,15 @@ def _binary_reinmax_backward(grad: Tensor, logits: Tensor, sample: Tensor, tau: 
     factor is exactly :math:`a/2`. NaN logits are read as 0, infinite ones as large.
     """
     ell = finite(opmath(logits))
-    flip = 1 - 2 * sample.to(ell.dtype)  # +1 where b = 0, -1 where b = 1
+    flip = 1 - 2 * cast(sample, ell.dtype)  # +1 where b = 0, -1 where b = 1
     signed = ell * flip
     a = torch.sigmoid(signed if tau == 1 else signed.div_(tau))
     g = opmath(grad)
     if tau == 1:
-        return (g * a).mul_(0.5).to(grad.dtype)
+        return cast((g * a).mul_(0.5), grad.dtype)
     s = torch.sigmoid(ell.abs().neg_())  # sigma'(l) = s (1 - s) at s = sigma(-|l|)
     factor = (a * (2 - a)).sub_(s * (1 - s))
-    return (g * factor).mul_(0.5).to(grad.dtype)
+    return cast((g * factor).mul_(0.5), grad.dtype)
 
 
 @cached_signature
@@ -208,7 +208,7 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
 
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> tuple[Tensor, Tensor]:
-        perturbed = logits.to(gumbel.dtype) + gumbel
+        perturbed = cast(logits, gumbel.dtype) + gumbel
         return one_hot(logits, dim, argmax(perturbed, dim)), perturbed
 
     @staticmethod
@@ -221,13 +221,13 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_perturbed: Any) -> tuple[Tensor, None, None, None]:
         (perturbed,) = ctx.saved_tensors
-        return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None
+        return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau), None, None, None
 
 
 def _relaxed_softmax(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
     r""":math:`\operatorname{softmax}((\ell + g)/\tau)` along ``dim`` in the compute dtype,
     with NaN read as 0 and infinities as large finite values."""
-    perturbed = logits.to(gumbel.dtype) + gumbel
+    perturbed = cast(logits, gumbel.dtype) + gumbel
     if tau != 1:
         perturbed = perturbed.div_(tau) if eager_plain(perturbed) else perturbed / tau
     return torch.softmax(finite(perturbed), dim)
@@ -244,7 +244,7 @@ class _Relaxation(torch.autograd.Function):
 
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
-        return _relaxed_softmax(logits, gumbel, dim, tau).to(logits.dtype)
+        return cast(_relaxed_softmax(logits, gumbel, dim, tau), logits.dtype)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -260,7 +260,7 @@ class _Relaxation(torch.autograd.Function):
             logits, gumbel = ctx.saved_tensors
             relaxed = _relaxed_softmax(logits, gumbel, ctx.dim, ctx.tau)
         vjp = _softmax_jacobian_product(opmath(grad), relaxed, ctx.dim)
-        return (vjp if ctx.tau == 1 else vjp / ctx.tau).to(grad.dtype), None, None, None
+        return cast(vjp if ctx.tau == 1 else vjp / ctx.tau, grad.dtype), None, None, None
 
 
 @cached_signature
@@ -273,14 +273,14 @@ class _GappedSample(torch.autograd.Function):
     def forward(
         logits: Tensor, gumbel: Tensor, dim: int, tau: float, gap: float
     ) -> tuple[Tensor, Tensor]:
-        ell = logits.to(gumbel.dtype)
+        ell = cast(logits, gumbel.dtype)
         sample = one_hot(logits, dim, argmax(ell + gumbel, dim))
         ell = finite(ell)
         top = ell.amax(dim, keepdim=True)
         # The sampled logit is lifted to the maximum, every other one kept at least `gap`
         # below: D top + (1 - D) min(l, top - gap), exact (one product is 0, both factors
         # finite); a bool D would be what inductor's partitioner saves, and stores slowly.
-        on = sample.to(ell.dtype)
+        on = cast(sample, ell.dtype)
         return sample, top * on + torch.minimum(ell, top - gap) * (1 - on)
 
     @staticmethod
@@ -295,7 +295,7 @@ class _GappedSample(torch.autograd.Function):
         ctx: Any, grad: Tensor, _grad_gapped: Any
     ) -> tuple[Tensor, None, None, None, None]:
         (gapped,) = ctx.saved_tensors
-        return softmax_vjp(gapped, grad, ctx.dim, ctx.tau).to(grad.dtype), None, None, None, None
+        return softmax_vjp(gapped, grad, ctx.dim, ctx.tau), None, None, None, None
 
 
 @cached_signature
@@ -318,11 +318,11 @@ class _BinaryGappedSample(torch.autograd.Function):
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, tau: float, gap: float) -> tuple[Tensor, Tensor]:
         sample, _ = _binary_sample(logits, gumbel)
-        ell = finite(logits.to(gumbel.dtype))
+        ell = finite(cast(logits, gumbel.dtype))
         # b max(l, gap) + (1 - b) min(l, -gap): exact, as one product is 0 (l is finite),
         # and no bool tensor, which inductor's partitioner would save (and CPU code stores
         # slowly) in place of the difference
-        on = sample.to(ell.dtype)
+        on = cast(sample, ell.dtype)
         return sample, ell.clamp_min(gap) * on + ell.clamp_max(-gap) * (1 - on)
 
     @staticmethod

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import argmax, eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
+from .._kernels import argmax, cast, eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature, forward_mode
 
@@ -298,4 +298,4 @@ def soft_topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Ten
         (tensor([0.2202, 0.9266, 0.0303, 0.8228]), tensor(2.))
     """
     k, d, t = _check_topk(x, k, dim, tau)
-    return apply_function(_SoftTopKMask, x, k, d, t).to(x.dtype)
+    return cast(apply_function(_SoftTopKMask, x, k, d, t), x.dtype)
