@@ -69,6 +69,78 @@ def test_each_convention_against_its_float64_formula(in_range, zero_point, dtype
         assert torch.equal(xn.grad.double(), dx)
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+def test_learned_scale_recomputes_the_mask_in_backward(in_range, per_channel, dtype, assert_same):
+    """A scale that requires grad with a zero point of 0: the eager forward keeps no mask,
+    and the backward recomputes it from x (which it saves for the scale's gradient
+    anyway). The same output, x gradient and scale gradient, bit for bit, as the general
+    path (the zero point passed as a tensor: mask made in forward, partials by
+    ``torch.where``), on the half-step bands, NaN and +-inf; and only x and the scale are
+    saved."""
+    scale = 0.25
+    row = torch.cat([_band_inputs(scale), torch.tensor([math.nan, math.inf, -math.inf])])
+    x = torch.stack([row, row * 0.5, -row]).to(dtype)
+    g = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape).to(dtype)
+    s0 = (
+        torch.tensor([[scale], [scale * 1.5], [scale * 0.75]])
+        if per_channel
+        else torch.tensor(scale)
+    )
+    results = []
+    for zero_point in (0.0, torch.zeros(())):
+        xr, s = x.clone().requires_grad_(), s0.clone().requires_grad_()
+        saved: list[torch.Tensor] = []
+
+        def pack(t: torch.Tensor, saved: list[torch.Tensor] = saved) -> torch.Tensor:
+            saved.append(t)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = hg.quantize(xr, s, zero_point, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range)
+        y.backward(g)
+        large = {t.data_ptr() for t in saved if t.numel() > s.numel()}  # not the scale
+        results.append((y.detach(), xr.grad, s.grad, large == {xr.data_ptr()}))
+    (y, dx, ds, only_x), (y_ref, dx_ref, ds_ref, _) = results
+    assert_same(y, y_ref)
+    assert_same(dx, dx_ref)
+    assert_same(ds, ds_ref)
+    assert ds.isnan().all()  # NaN inputs give a NaN scale gradient, as torch's kernels do
+    assert only_x  # no mask (the general path saves one besides)
+    # Without the NaN column, the scale gradient against the float64 formula.
+    finite = x[:, :-3]
+    xr, s = finite.clone().requires_grad_(), s0.clone().requires_grad_()
+    hg.quantize(xr, s, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range).backward(g[:, :-3])
+    tol = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5  # (a float32 scale)
+    total = 0.0
+    for i in range(x.shape[0]):
+        si = float(s0[i]) if per_channel else scale
+        dx_i, ds_i, _ = _reference_gradients(finite[i], si, 0.0, g[i, :-3], in_range == "unrounded")
+        assert torch.equal(xr.grad[i].double(), dx_i)
+        if per_channel:
+            assert math.isclose(float(s.grad[i]), float(ds_i), rel_tol=tol, abs_tol=tol)
+        total += float(ds_i)
+    if not per_channel:
+        assert math.isclose(float(s.grad), total, rel_tol=tol, abs_tol=tol)
+
+
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+def test_forward_without_a_mask_gives_the_same_values(surrogate, dtype, assert_same):
+    """Where the eager forward makes no mask (grad mode off, nothing requiring grad, or the
+    identity surrogate with a fixed scale), the output is the masked forward's, bit for bit
+    (NaN, infinities and the signed zero of small negative values included)."""
+    row = torch.cat([_band_inputs(0.25), torch.tensor([math.nan, math.inf, -math.inf, -1e-3])])
+    x = row.to(dtype)
+    scale = torch.tensor(0.25)
+    kwargs = {"quant_min": Q_MIN, "quant_max": Q_MAX, "surrogate": surrogate}
+    # The general path: a zero point given as a tensor keeps the mask in the forward.
+    reference = hg.quantize(x.clone().requires_grad_(), scale, torch.zeros(()), **kwargs).detach()
+    with torch.no_grad():
+        assert_same(hg.quantize(x, scale.clone().requires_grad_(), **kwargs), reference)
+    assert_same(hg.quantize(x, scale, **kwargs), reference)
+    assert_same(hg.quantize(x, scale.clone().requires_grad_(), **kwargs).detach(), reference)
+
+
 def test_conventions_differ_exactly_in_the_half_step_bands():
     scale = 0.25
     x = _band_inputs(scale)

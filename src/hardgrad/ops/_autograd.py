@@ -133,6 +133,16 @@ def has_tangent(x: Tensor) -> bool:
     return _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(x).tangent is not None
 
 
+def plain_apply() -> bool:
+    """Whether :func:`apply_function` calls the plain Function in eager mode now: no
+    ``torch.compile``, no ``torch.func`` transform, no forward-AD dual level."""
+    return (
+        not torch.compiler.is_compiling()
+        and not torch._C._are_functorch_transforms_active()
+        and _forward_ad._current_level < 0
+    )
+
+
 def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     """``function.apply(*args)`` without its per-call cost in plain eager mode.
 
