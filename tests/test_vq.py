@@ -90,6 +90,40 @@ def test_ties_and_duplicates_go_to_the_lowest_index():
     assert int(idx.max()) < 300
 
 
+@pytest.mark.parametrize("distance", ["l2", "cosine"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_screened_search_is_the_direct_argmin(distance, dtype, monkeypatch):
+    """The matrix-product screen of the nearest-code search keeps every code that can be
+    the direct form's argmin: the same indices as the direct distances of every pair, on
+    data made to defeat it (a common offset a thousand times the spread, rows midway
+    between two codes, duplicated codes, codes of very different norms), across blocks,
+    and on NaN rows (validation off)."""
+    gen = torch.Generator().manual_seed(5)
+    codes = torch.randn(64, 16, generator=gen, dtype=torch.float64)
+    codes = torch.cat([codes, codes[:8], 1e-3 * codes[8:16], 30 * codes[16:24]]).to(dtype)
+    rows = [
+        1e3 + torch.randn(100, 16, generator=gen, dtype=torch.float64) * 1e-1,
+        0.5 * (codes[:40] + codes[1:41]).double(),  # midway: a tie up to rounding
+        codes[:40].double() + 1e-9 * torch.randn(40, 16, generator=gen, dtype=torch.float64),
+        torch.randn(300, 16, generator=gen, dtype=torch.float64) * 3,
+    ]
+    offset_codes = codes.double() * 1e-1 + 1e3
+    from hardgrad import vq
+
+    for book in (codes, offset_codes.to(dtype)):
+        z = torch.cat(rows).to(dtype)
+        expected = vq._distances(z, book, distance).argmin(-1)
+        assert torch.equal(vq._nearest_rows(z, book, distance), expected)
+        monkeypatch.setattr(vq, "_BLOCK", 7 * book.shape[0])  # 7 rows per block
+        assert torch.equal(vq._nearest_rows(z, book, distance), expected)
+        monkeypatch.undo()
+    z = torch.randn(6, 16, generator=gen, dtype=torch.float64).to(dtype)
+    z[2] = math.nan
+    z[4, 3] = math.inf
+    expected = vq._distances(z, codes, distance).argmin(-1)
+    assert torch.equal(vq._nearest_rows(z, codes, distance), expected)
+
+
 def test_dim_moves_the_code_axis():
     z, codebook = _data(6, 5, 3)
     image = z.reshape(2, 3, 3).permute(0, 2, 1)  # (B, D, T)

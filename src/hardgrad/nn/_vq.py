@@ -283,7 +283,7 @@ class VectorQuantize(SettingsInState, nn.Module):
         rows = rows.float()
         centers = self._kmeans_plus_plus(rows)
         for _ in range(self.kmeans_iters):
-            assign = _vq._distances(rows, centers, "l2").argmin(-1)
+            assign = _vq._nearest_rows(rows, centers, "l2")
             counts = torch.zeros(self.num_codes, device=rows.device).index_add_(
                 0, assign, torch.ones(len(assign), device=rows.device)
             )
