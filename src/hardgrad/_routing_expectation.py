@@ -14,7 +14,6 @@ from torch import Tensor
 
 from ._routing_ops import (
     SparseMixer,
-    _check_finite,
     _check_logits,
     _check_normalize,
     _resolve,
@@ -22,7 +21,7 @@ from ._routing_ops import (
     topk_route,
     unselected_gates,
 )
-from ._validation import check_floating, check_int
+from ._validation import check_all_finite, check_floating, check_int
 from .estimators._base import gumbel_noise
 from .estimators._score import RLOO, Exact, Reinforce
 from .stochastic import _check_generator
@@ -169,7 +168,7 @@ def expectation(
     k, _ = _check_logits(logits, k, -1)
     normalize = _check_normalize(normalize)
     _check_generator(generator)
-    _check_finite(logits, "logits")
+    check_all_finite(logits, "logits")
     batch = logits.shape[:-1]
     name = estimator if isinstance(estimator, str) else None
     if name == "exact" or isinstance(estimator, Exact):

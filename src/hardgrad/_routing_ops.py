@@ -12,7 +12,13 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._validation import check_dim, check_floating, check_int, check_real, value_checks_apply
+from ._validation import (
+    check_all_finite,
+    check_dim,
+    check_floating,
+    check_int,
+    check_real,
+)
 from .estimators._base import gumbel_noise, uniform
 from .ops._autograd import apply_function, cached_signature
 from .stochastic import _check_generator
@@ -113,11 +119,6 @@ def _check_logits(logits: Any, k: Any, dim: Any) -> tuple[int, int]:
             f"but found k={k}"
         )
     return k, d
-
-
-def _check_finite(x: Tensor, name: str) -> None:
-    if value_checks_apply(x) and x.numel() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"Expected finite `{name}`, but found inf or NaN")
 
 
 # --------------------------------------------------------------------------- gates
@@ -623,7 +624,7 @@ def topk_route(
                 f"found k={k}"
             )
     norm = _check_normalize("renormalize" if normalize is None else normalize)
-    _check_finite(logits, "logits")
+    check_all_finite(logits, "logits")
     last = d == logits.dim() - 1
     moved = logits if last else logits.movedim(d, -1)
     if isinstance(chosen, str):

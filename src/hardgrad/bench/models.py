@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes four small
+Public code around hard ops is written in a few recurring ways; this task writes five small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -35,10 +35,18 @@ faster of the pair.
   https://arxiv.org/abs/1308.3432). The original draws ``torch.bernoulli(p, generator=g)``
   and writes ``p + (b - p).detach()``; hardgrad's is :func:`hardgrad.bernoulli` with
   ``estimator="st"``.
+* ``vq-vae``: an MLP autoencoder whose latent is 16 vectors of size 32, each replaced by
+  the nearest of 256 learned codes (VQ-VAE, van den Oord et al. 2017,
+  https://arxiv.org/abs/1711.00937), trained on the reconstruction error plus the
+  codebook and commitment losses (:math:`\beta = 0.25`). The original is the layer most
+  repositories copy: an ``nn.Embedding`` codebook, distances by the expansion
+  :math:`\lVert z\rVert^2 + \lVert c\rVert^2 - 2 z\cdot c`, ``argmin``, and
+  ``z + (z_q - z).detach()``; hardgrad's is :class:`hardgrad.nn.VectorQuantize` (which
+  also keeps usage statistics).
 
 Before timing, every pair is checked to compute the same thing: from the same initial
 weights and batch, the deterministic models give the same loss and the same parameter
-gradients (relative error at most 1e-4: ``x / s`` against ``x * (1/s)`` may put an
+gradients (the VQ-VAE's codebook gradient included) (relative error at most 1e-4: ``x / s`` against ``x * (1/s)`` may put an
 element that lies on a rounding tie on the other side); for the stochastic MLP, whose two
 versions draw different noise, one stochastic layer's gradient given the same upstream
 gradient is compared (straight-through through the sigmoid does not depend on the draw).
@@ -76,7 +84,7 @@ __all__ = [
 ]
 
 #: The models, in table order.
-MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp")
+MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp", "vq-vae")
 
 
 @dataclass(frozen=True)
@@ -321,6 +329,69 @@ def _stochastic_mlp(hardgrad: bool, generator: torch.Generator, n_in: int) -> nn
     )
 
 
+# --------------------------------------------------------------------------- VQ-VAE
+
+CODES, CODE_SIZE, LATENTS = 256, 32, 16
+COMMITMENT = 0.25
+
+
+class _VectorQuantizerOriginal(nn.Module):
+    """The VQ layer as public VQ-VAE code writes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(CODES, CODE_SIZE)
+        self.embedding.weight.data.uniform_(-1 / CODES, 1 / CODES)
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        flat = z.reshape(-1, CODE_SIZE)
+        codes = self.embedding.weight
+        distances = flat.pow(2).sum(1, keepdim=True) + codes.pow(2).sum(1) - 2 * flat @ codes.t()
+        z_q = self.embedding(distances.argmin(1)).view(z.shape)
+        loss = F.mse_loss(z_q, z.detach()) + COMMITMENT * F.mse_loss(z_q.detach(), z)
+        return z + (z_q - z).detach(), loss
+
+
+class _VQAutoencoder(nn.Module):
+    def __init__(self, hardgrad: bool, n_in: int) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Linear(n_in, 256), nn.ReLU(), nn.Linear(256, LATENTS * CODE_SIZE)
+        )
+        self.decoder = nn.Sequential(
+            nn.Linear(LATENTS * CODE_SIZE, 256), nn.ReLU(), nn.Linear(256, n_in)
+        )
+        self.quantizer: nn.Module = (
+            hgnn.VectorQuantize(CODES, CODE_SIZE, commitment_weight=COMMITMENT)
+            if hardgrad
+            else _VectorQuantizerOriginal()
+        )
+
+    def codebook(self) -> Tensor:
+        q = self.quantizer
+        if isinstance(q, hgnn.VectorQuantize):
+            return q.codebook
+        assert isinstance(q, _VectorQuantizerOriginal)
+        return q.embedding.weight
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        z = self.encoder(x).view(x.shape[0], LATENTS, CODE_SIZE)
+        if isinstance(self.quantizer, hgnn.VectorQuantize):
+            z_q, _, loss = self.quantizer(z)
+        else:
+            z_q, loss = self.quantizer(z)
+        return self.decoder(z_q.reshape(x.shape[0], -1)), loss
+
+
+def _vq_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    reconstruction, vq_loss = model(inputs)
+    return F.mse_loss(reconstruction, inputs) + vq_loss
+
+
+def _cross_entropy(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(model(inputs), targets)
+
+
 # --------------------------------------------------------------------------- pairs
 
 
@@ -334,16 +405,18 @@ class ModelPair:
     inputs: Tensor
     targets: Tensor
     after_step: Callable[[nn.Module], None] | None = None
+    #: The training loss of a model on the batch.
+    loss: Callable[[nn.Module, Tensor, Tensor], Tensor] = _cross_entropy
 
     def step_fn(self, which: str) -> Callable[[], None]:
         """One training step of ``which`` (``"original"`` or ``"hardgrad"``)."""
         model = self.original if which == "original" else self.hardgrad
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        inputs, targets, after = self.inputs, self.targets, self.after_step
+        inputs, targets, after, loss_fn = self.inputs, self.targets, self.after_step, self.loss
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(inputs), targets)
+            loss = loss_fn(model, inputs, targets)
             loss.backward()
             optimizer.step()
             if after is not None:
@@ -379,6 +452,10 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
         device = torch.device(settings.device)
         original = _stochastic_mlp(False, torch.Generator(device).manual_seed(settings.seed), n_in)
         hardgrad = _stochastic_mlp(True, torch.Generator(device).manual_seed(settings.seed), n_in)
+    elif name == "vq-vae":
+        original, hardgrad = _VQAutoencoder(False, n_in), _VQAutoencoder(True, n_in)
+        with torch.no_grad():
+            hardgrad.codebook().copy_(original.codebook())
     else:
         raise ValueError(f"Unknown model {name!r}; available: {', '.join(MODELS)}")
     _copy_weights(original, hardgrad)
@@ -387,7 +464,8 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
     if name == "lsq-mlp":
         _init_lsq_scales(original, x)
         _init_lsq_scales(hardgrad, x)
-    return ModelPair(name, original, hardgrad, x, y, after)
+    loss = _vq_loss if name == "vq-vae" else _cross_entropy
+    return ModelPair(name, original, hardgrad, x, y, after, loss)
 
 
 def _copy_weights(source: nn.Module, target: nn.Module) -> None:
@@ -417,10 +495,13 @@ def check_pair(pair: ModelPair, tolerance: float = 1e-4) -> dict[str, float]:
     losses, grads = [], []
     for model in (pair.original, pair.hardgrad):
         model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(pair.inputs), pair.targets)
+        loss = pair.loss(model, pair.inputs, pair.targets)
         loss.backward()
         losses.append(loss.detach())
-        grads.append([m.weight.grad for m in model.modules() if isinstance(m, nn.Linear)])
+        weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+        if isinstance(model, _VQAutoencoder):
+            weights.append(model.codebook())
+        grads.append([w.grad for w in weights])
         model.zero_grad(set_to_none=True)
     loss_error = _relative_error(losses[1], losses[0])
     grad_error = max(_relative_error(b, a) for a, b in zip(*grads, strict=True))
@@ -466,8 +547,8 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
 @task(
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
-    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP): hand-written vs "
-    "hardgrad, interleaved; ms per step and ratios",
+    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE): "
+    "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
 )
 def run(settings: BenchSettings, config: ModelsConfig, progress: Progress) -> TaskResult:
