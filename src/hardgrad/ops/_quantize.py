@@ -66,7 +66,7 @@ def _grid(x: Tensor, inverse: Scale, zero_point: Tensor | None, dtype: torch.dty
     """
     if not eager_plain(x):  # (out of place: see _fake_quantize)
         return torch.round(x.to(dtype) * inverse) + (0.0 if zero_point is None else zero_point)
-    level = torch.mul(x if x.dtype == dtype else x.to(dtype), inverse).round_()
+    level = torch.mul(cast(x, dtype), inverse).round_()
     return level.add_(constant(0.0, level) if zero_point is None else zero_point)
 
 
@@ -87,11 +87,11 @@ def _fake_quantize(
     if unrounded and zero_point is None and plain:
         # x/s once, for the mask and (rounded in place) the level: 7 passes instead of 9.
         dtype = _compute_dtype(x.dtype)
-        scaled = torch.mul(x if x.dtype == dtype else x.to(dtype), inverse)
+        scaled = torch.mul(cast(x, dtype), inverse)
         keep = saved_mask(torch.eq, torch.clamp(scaled, quant_min, quant_max), scaled, x.dtype)
         y = scaled.round_().clamp_(quant_min, quant_max).mul_(scale)
         y = y.add_(constant(0.0, y))  # +0.0 for the -0.0 that round gives small negatives
-        return (y if y.dtype == x.dtype else y.to(x.dtype)), keep
+        return cast(y, x.dtype), keep
     if unrounded:
         scaled = x.to(_compute_dtype(x.dtype)) * inverse
         if zero_point is not None:
@@ -111,7 +111,7 @@ def _fake_quantize(
     if zero_point is not None:
         clamped.sub_(zero_point)
     y = clamped.mul_(scale)
-    return (y if y.dtype == x.dtype else y.to(x.dtype)), keep
+    return cast(y, x.dtype), keep
 
 
 def _fake_quantize_value(
@@ -172,7 +172,7 @@ class _NumberScale:
             )
         inverse, zero = self.constants
         low, high = self.quant_min, self.quant_max
-        scaled = torch.mul(x if x.dtype == inverse.dtype else x.to(inverse.dtype), inverse)
+        scaled = torch.mul(cast(x, inverse.dtype), inverse)
         keep = None
         if self.masked and self.unrounded:  # decided before rounding (NaN: unset)
             keep = saved_mask(torch.eq, torch.clamp(scaled, low, high), scaled, x.dtype)
@@ -183,8 +183,7 @@ class _NumberScale:
         else:
             clamped = level.clamp_(low, high)
         y = torch.add(zero, clamped, alpha=self.scale, out=clamped)
-        if y.dtype != x.dtype:
-            y = y.to(x.dtype)
+        y = cast(y, x.dtype)
         return y if keep is None else (y, keep)
 
 
@@ -196,7 +195,7 @@ def _step(scale: Tensor, step_bounds: tuple[float, float] | None, dtype: torch.d
         low, high = step_bounds
         scale = scale.abs()
         scale = scale.clamp_(low, high) if eager_plain(scale) else scale.clamp(low, high)
-    return scale if scale.dtype == dtype else scale.to(dtype)
+    return cast(scale, dtype)
 
 
 def _step_sign(scale: Tensor, tangent: Tensor) -> Tensor:
@@ -270,7 +269,7 @@ class _FakeQuantize(torch.autograd.Function):
         if len(saved) > 1:
             keep, x, raw, zero_point = saved
             scale = _step(raw, ctx.step_bounds, ctx.compute_dtype)
-            g = grad if grad.dtype == scale.dtype else grad.to(scale.dtype)
+            g = cast(grad, scale.dtype)
             if zero_point is None:  # the common LSQ case: the scale's partial alone
                 dy_ds = _scale_partial(ctx.bounds, keep, x, scale)
                 if eager_plain(g):  # (in place only outside transforms: vmap batches g)
@@ -318,6 +317,14 @@ def _quantized_values(
     return cast(y, x.dtype)
 
 
+def _wide_levels(bounds: tuple[int, int], x: Tensor, scale: Tensor) -> Tensor:
+    """:math:`x/s` (as ``x * (1/s)``) clamped to :math:`[q_- - 1, q_+ + 1]`, in the scale's
+    dtype, in plain eager mode: finite, and in range exactly where :math:`x/s` is."""
+    quant_min, quant_max = bounds
+    scaled = torch.mul(cast(x, scale.dtype), torch.reciprocal(scale))
+    return scaled.clamp_(quant_min - 1, quant_max + 1)
+
+
 def _scale_partial_and_mask(
     bounds: tuple[int, int], unrounded: bool, x: Tensor, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -328,8 +335,7 @@ def _scale_partial_and_mask(
     level), the forward's decision exactly (the same :math:`x/s`, integer bounds), and
     :math:`\partial y/\partial s = \operatorname{round}(c) - m\,w`."""
     quant_min, quant_max = bounds
-    inverse = torch.reciprocal(scale)
-    wide = torch.mul(cast(x, scale.dtype), inverse).clamp_(quant_min - 1, quant_max + 1)
+    wide = _wide_levels(bounds, x, scale)
     level = torch.clamp(wide, quant_min, quant_max)
     keep = torch.empty_like(x)
     if unrounded:
@@ -353,12 +359,11 @@ def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tens
     times slower on CPU, and none of the slow bool reads of inductor) without making
     ``0 * inf``. A NaN ``x`` gives NaN, as in torch's learnable fake-quantize kernels."""
     quant_min, quant_max = bounds
-    inverse = torch.reciprocal(scale)  # (what 1.0 / scale computes)
     if eager_plain(x):
-        scaled = torch.mul(x if x.dtype == scale.dtype else x.to(scale.dtype), inverse)
-        wide = scaled.clamp_(quant_min - 1, quant_max + 1)
+        wide = _wide_levels(bounds, x, scale)
         level = torch.round(wide).clamp_(quant_min, quant_max)
         return level.sub_(wide.mul_(keep))
+    inverse = torch.reciprocal(scale)  # (what 1.0 / scale computes)
     wide = torch.clamp(x.to(scale.dtype) * inverse, quant_min - 1, quant_max + 1)
     return torch.round(wide).clamp(quant_min, quant_max) - wide * keep
 
