@@ -366,3 +366,25 @@ def test_clamp_number_bounds_beyond_the_dtype_are_rounded_to_it(dtype, surrogate
     assert torch.equal(y, torch.full_like(x, INF))
     y.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_all_finite_check_reads_the_values_not_the_sum(dtype) -> None:
+    """check_all_finite clears a tensor from its sum when that is finite; a sum that
+    overflows on finite values (largest values of the dtype) must not raise, and one inf,
+    -inf or NaN anywhere must, in every dtype."""
+    from hardgrad._validation import check_all_finite
+
+    big = torch.finfo(dtype).max
+    x = torch.full((4096,), big, dtype=dtype)
+    check_all_finite(x, "x")  # the sum overflows; every value is finite
+    check_all_finite(torch.cat([x, -x]), "x")  # inf - inf in the sum: NaN, values finite
+    for bad in (INF, -INF, NAN):
+        y = torch.randn(1000, dtype=dtype)
+        y[617] = bad
+        with pytest.raises(ValueError, match="finite `x`"):
+            check_all_finite(y, "x")
+        y = x.clone()
+        y[3] = bad
+        with pytest.raises(ValueError, match="finite `x`"):
+            check_all_finite(y, "x")

@@ -73,6 +73,23 @@ def test_metrics():
         vq.codebook.copy_(torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [9.0, 9.0]]))
     vq(torch.tensor([[0.1, 0.0], [0.0, 0.2], [9.5, 0.0], [9.5, 0.5]]))
     assert float(vq.usage) == 0.5 and abs(float(vq.perplexity) - 2.0) < 1e-6
+    assert vq.batch_counts.tolist() == [2.0, 2.0, 0.0, 0.0]
+
+
+def test_metrics_follow_the_last_batch_in_both_modes_and_stay_out_of_checkpoints():
+    """usage/perplexity are read from the last forward's counts (eval mode too), before
+    any forward they are codebook_usage of no indices (0 and 1), and neither they nor the
+    counts are saved."""
+    vq = hg.nn.VectorQuantize(8, 3)
+    assert float(vq.usage) == 0.0 and float(vq.perplexity) == 1.0
+    for training in (True, False):
+        vq.train(training)
+        z = _batch(50, 3, seed=4 + training)
+        _, indices, _ = vq(z)
+        usage, perplexity = hg.vq.codebook_usage(indices, 8)
+        assert torch.equal(vq.batch_counts, torch.bincount(indices, minlength=8).float())
+        assert torch.equal(vq.usage, usage) and torch.equal(vq.perplexity, perplexity)
+    assert not {"batch_counts", "usage", "perplexity"} & set(vq.state_dict())
 
 
 def test_dead_code_restart_uses_the_module_generator():

@@ -65,12 +65,20 @@ def check_all_finite(x: Tensor, name: str) -> None:
     """``ValueError`` naming ``name`` if a value scan is allowed now (see
     :func:`value_checks_apply`) and ``x`` holds inf or NaN.
 
-    Read from the extremes: ``torch.aminmax`` is one reduction, and NaN propagates to both
-    (``torch.isfinite(x).all()`` takes four kernels: 50 against 12 µs on 32,768 floats)."""
+    Read from the sum first: inf or NaN anywhere makes an IEEE sum inf or NaN, so a finite
+    sum clears ``x`` in one reduction and one read-back (4 against 15 µs on 32,768 floats
+    for ``torch.aminmax``'s extremes, 54 µs for ``torch.isfinite(x).all()``). Only a sum
+    that is not finite (inf or NaN in ``x``, or finite values whose sum overflows) takes
+    the extremes, which decide. Half types are summed in float32 (a float16 sum of a few
+    thousand large values would overflow)."""
     if not value_checks_apply(x) or x.numel() == 0:
         return
-    low, high = torch.aminmax(x.detach())
-    if not bool(torch.isfinite(low) & torch.isfinite(high)):
+    values = x.detach()
+    wide = torch.float32 if values.dtype in (torch.float16, torch.bfloat16) else None
+    if math.isfinite(values.sum(dtype=wide).item()):
+        return
+    low, high = torch.aminmax(values)
+    if not (math.isfinite(low.item()) and math.isfinite(high.item())):
         raise ValueError(f"Expected finite `{name}`, but found inf or NaN")
 
 

@@ -88,9 +88,10 @@ class VectorQuantize(SettingsInState, nn.Module):
     the codebook by ``kmeans_iters`` Lloyd iterations from a k-means++ seeding drawn from
     the batch with the module's generator (rank 0's batch, broadcast, under ``torch.distributed``).
 
-    **Metrics.** After each forward the buffers ``usage`` (fraction of codes used in the
-    batch) and ``perplexity`` (:func:`hardgrad.vq.codebook_usage`; of the global batch in
-    distributed training) hold the batch's values; ``cluster_size`` their moving average.
+    **Metrics.** After each forward the buffer ``batch_counts`` holds the batch's count of
+    each code (of the global batch in distributed training), and the properties ``usage``
+    (the fraction of codes used) and ``perplexity`` (:func:`hardgrad.vq.codebook_usage`)
+    are computed from it when read; ``cluster_size`` is the counts' moving average.
 
     Args:
         num_codes: K >= 2.
@@ -125,8 +126,7 @@ class VectorQuantize(SettingsInState, nn.Module):
     codebook: Tensor
     cluster_size: Tensor
     embed_sum: Tensor
-    usage: Tensor
-    perplexity: Tensor
+    batch_counts: Tensor
 
     def __init__(
         self,
@@ -189,8 +189,20 @@ class VectorQuantize(SettingsInState, nn.Module):
             self.register_buffer("codebook", initial)
             self.register_buffer("embed_sum", initial.clone())
         self.register_buffer("cluster_size", torch.ones(self.num_codes))
-        self.register_buffer("usage", torch.zeros(()), persistent=False)
-        self.register_buffer("perplexity", torch.ones(()), persistent=False)
+        # The last batch's code counts; usage and perplexity are read from them on demand
+        # (computing them on every forward was ~10 kernels of a VQ-VAE step's few hundred).
+        self.register_buffer("batch_counts", torch.zeros(self.num_codes), persistent=False)
+
+    @property
+    def usage(self) -> Tensor:
+        """The fraction of codes the last forward's batch used (0-d tensor; 0 before any)."""
+        return _vq.usage_from_counts(self.batch_counts)[0]
+
+    @property
+    def perplexity(self) -> Tensor:
+        """The perplexity of the last forward's code distribution (0-d tensor, between 1
+        and ``num_codes``; 1 before any forward)."""
+        return _vq.usage_from_counts(self.batch_counts)[1]
 
     @property
     def initialized(self) -> bool:
@@ -241,9 +253,7 @@ class VectorQuantize(SettingsInState, nn.Module):
             torch.distributed.all_reduce(counts)
             if sums is not None:
                 torch.distributed.all_reduce(sums)
-        usage, perplexity = _vq.usage_from_counts(counts)
-        self.usage.copy_(usage)
-        self.perplexity.copy_(perplexity)
+        self.batch_counts.copy_(counts)
         if not self.training:
             return
         self.cluster_size.mul_(self.decay).add_(counts, alpha=1 - self.decay)
