@@ -255,6 +255,11 @@ def test_every_module_has_a_factory() -> None:
 #: Strict xfail, so that a fix shows.
 SHARED_SURROGATE_DYNAMIC = {"LIF", "BinaryLinear"}
 
+#: Modules whose eager and compiled forwards add the same products in another order: MoE
+#: runs each expert on its group of tokens in eager mode (addmm per expert) and gathers
+#: each pair's weights when compiled (bmm), where group sizes cannot be data-dependent.
+SUMMATION_ORDER_DIFFERS = {"MoE"}
+
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -282,7 +287,10 @@ def test_every_module_with_a_changing_batch(name, mode, request) -> None:
             y = run(leaf)
             y.sum().backward()
             outputs.append((y.detach(), leaf.grad))
-        assert torch.equal(outputs[0][0], outputs[1][0]), batch
+        if name in SUMMATION_ORDER_DIFFERS:
+            torch.testing.assert_close(outputs[0][0], outputs[1][0], rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(outputs[0][0], outputs[1][0]), batch
         torch.testing.assert_close(outputs[0][1], outputs[1][1])
     torch._dynamo.reset()
 

@@ -204,10 +204,40 @@ def test_dense_and_default_compile_to_the_eager_gradients(estimator):
             y, _, loss = module(x)
             (y.square().sum() + loss).backward()
             outputs.append(y.detach())
-        assert torch.equal(outputs[0], outputs[1])
+        # eager groups the pairs by expert (addmm per expert), compiled gathers each
+        # pair's weights (bmm): the same sums in another order
+        torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(compiled_module.router.weight.grad, eager.router.weight.grad)
         compiled_module.zero_grad()
         eager.zero_grad()
     if estimator == "default":
         torch.testing.assert_close(compiled_module.default_outputs, eager.default_outputs)
     torch._dynamo.reset()
+
+
+def test_expert_pairs_grouped_by_expert_match_each_pair_in_float64():
+    """Eager expert_pairs runs each expert once on its group of tokens; values and every
+    parameter's gradient match each pair's MLP written out in float64, with experts that
+    get no token (zero gradient) and pairs in no particular order."""
+    torch.manual_seed(0)
+    moe = hg.nn.MoE(6, 5, num_experts=7, k=2, hidden_features=9)
+    x = torch.randn(40, 6, requires_grad=True)
+    experts = torch.tensor([3, 0, 3, 5, 1, 0, 3, 5] * 5)  # experts 2, 4 and 6 unused
+    g = torch.randn(40, 5)
+    out = moe.expert_pairs(x, experts)
+    grads = torch.autograd.grad(out, [x, moe.w1, moe.b1, moe.w2, moe.b2], g)
+
+    params64 = [p.detach().double().requires_grad_() for p in (moe.w1, moe.b1, moe.w2, moe.b2)]
+    w1, b1, w2, b2 = params64
+    x64 = x.detach().double().requires_grad_()
+    rows = []
+    for token, e in zip(x64, experts.tolist(), strict=True):
+        h = torch.nn.functional.gelu(token @ w1[e] + b1[e])
+        rows.append(h @ w2[e] + b2[e])
+    ref = torch.stack(rows)
+    ref_grads = torch.autograd.grad(ref, [x64, *params64], g.double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    for unused in (2, 4, 6):
+        assert not grads[1][unused].any() and not grads[4][unused].any()

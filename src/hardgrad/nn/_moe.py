@@ -2,10 +2,11 @@ r"""A small, correct mixture-of-experts layer over :func:`hardgrad.topk_route`.
 
 Papers: Shazeer et al. (2017), https://arxiv.org/abs/1701.06538 (sparsely-gated MoE);
 Fedus et al. (2021), https://arxiv.org/abs/2101.03961 (Switch Transformer, its
-load-balancing loss); the router-gradient estimators in :mod:`hardgrad.routing`. A
-reference layer for tests and benchmarks, not a production kernel: each token's k experts
-are evaluated by gathering their weights (``O(N k)`` expert evaluations, no capacity limit,
-no dropped tokens).
+load-balancing loss); the router-gradient estimators in :mod:`hardgrad.routing`. Each
+token's k experts are evaluated (``O(N k)`` expert evaluations, no capacity limit, no
+dropped tokens): in eager mode expert by expert on its tokens, under ``torch.compile`` by
+gathering each pair's weights (see :meth:`MoE.expert_pairs`). Not a fused production
+kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 
 from .. import routing
 from .._checkpoint import SettingsInState
+from .._kernels import eager_plain
 from .._routing_ops import _check_normalize, _resolve
 from .._validation import check_floating, check_int, check_real
 from ..estimators import Estimator
@@ -200,10 +202,38 @@ class MoE(SettingsInState, nn.Module):
 
     def expert_pairs(self, x: Tensor, experts: Tensor) -> Tensor:
         r"""The outputs :math:`E_{j_n}(x_n)` for pairs of tokens ``x`` ``(n, in_features)`` and
-        experts ``experts`` ``(n,)``: shape ``(n, out_features)``, differentiable."""
+        experts ``experts`` ``(n,)``: shape ``(n, out_features)``, differentiable.
+
+        In eager mode the pairs are grouped by expert (a stable sort and one read-back of
+        the counts) and each expert runs once, on its tokens, as two matrix products, as
+        hand-written MoE layers loop over their experts. Under ``torch.compile`` or a
+        ``torch.func`` transform, where the group sizes cannot be data-dependent, each
+        pair's expert weights are gathered instead: the same values, at the cost of
+        copying :math:`d \cdot h` weights per pair (a 64-token top-2 step with 8 experts of
+        64 x 128 took 13 ms that way in eager mode against 1.7 ms for the loop).
+        """
+        if eager_plain(x) and x.shape[0] > 0:
+            return self._grouped_pairs(x, experts)
         h = torch.bmm(x.unsqueeze(1), self.w1[experts]).squeeze(1) + self.b1[experts]
         h = torch.nn.functional.gelu(h)
         return torch.bmm(h.unsqueeze(1), self.w2[experts]).squeeze(1) + self.b2[experts]
+
+    def _grouped_pairs(self, x: Tensor, experts: Tensor) -> Tensor:
+        """:meth:`expert_pairs` by expert groups: one ``addmm`` per expert and layer."""
+        order = torch.argsort(experts, stable=True)
+        counts = torch.bincount(experts, minlength=self.num_experts).tolist()
+        grouped = x.index_select(0, order)
+        # unbind: one backward node for each parameter, not one full-size zero gradient
+        # per expert, as indexing w1[e] in the loop would give
+        layers = zip(self.w1.unbind(0), self.b1.unbind(0), self.w2.unbind(0), self.b2.unbind(0))
+        parts = []
+        for (w1, b1, w2, b2), part in zip(layers, grouped.split(counts), strict=True):
+            if part.shape[0]:
+                h = torch.nn.functional.gelu(torch.addmm(b1, part, w1))
+                parts.append(torch.addmm(b2, h, w2))
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0], device=order.device)
+        return torch.cat(parts).index_select(0, inverse)
 
     def experts_at(self, x: Tensor, indices: Tensor) -> Tensor:
         """The outputs of the experts ``indices`` ``(*batch, m)`` for the tokens ``x``
