@@ -996,3 +996,19 @@ def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, 
     assert grads[0].abs().sum() > 0
     for grad in grads[1:]:
         torch.testing.assert_close(grad, grads[0], rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_uniform_noise_is_torch_rand_number_for_number(dtype) -> None:
+    """The eager noise (rand_like into a contiguous tensor) is what torch.rand(shape,
+    generator=...) draws, also for a transposed input, in the noise dtype (float32 for
+    half types), clamped to [tiny, 1 - eps]."""
+    from hardgrad.estimators._base import noise_dtype, uniform
+
+    for like in (torch.zeros(7, 5, dtype=dtype), torch.zeros(5, 7, dtype=dtype).T):
+        got = uniform(like, torch.Generator().manual_seed(11))
+        info = torch.finfo(noise_dtype(like))
+        want = torch.rand(
+            like.shape, generator=torch.Generator().manual_seed(11), dtype=noise_dtype(like)
+        ).clamp(info.tiny, 1 - info.eps)
+        assert got.is_contiguous() and torch.equal(got, want)

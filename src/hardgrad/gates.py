@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._kernels import opmath
+from ._kernels import cast, opmath
 from ._validation import check_floating, check_positive, check_real
 from .estimators._base import uniform
 
@@ -80,9 +80,17 @@ def hard_concrete(
     check_floating(log_alpha, "log_alpha")
     beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
     _check_generator(generator)
+    return sample(log_alpha, beta, gamma, zeta, generator)
+
+
+def sample(
+    log_alpha: Tensor, beta: float, gamma: float, zeta: float, generator: torch.Generator | None
+) -> Tensor:
+    """:func:`hard_concrete` without its argument checks, for callers that checked them
+    once (:class:`hardgrad.nn.HardConcreteGate`)."""
     u = uniform(log_alpha, generator)
     s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + opmath(log_alpha)) / beta)
-    return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(log_alpha.dtype)
+    return cast((s * (zeta - gamma) + gamma).clamp(0.0, 1.0), log_alpha.dtype)
 
 
 def hard_concrete_mean(log_alpha: Tensor, *, gamma: float = GAMMA, zeta: float = ZETA) -> Tensor:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from .. import gates
 from .._checkpoint import SettingsInState
-from .._kernels import opmath, opmath_dtype
+from .._kernels import cast, opmath, opmath_dtype
 from .._validation import check_dim, check_int, check_real
 
 
@@ -82,10 +82,8 @@ class HardConcreteGate(SettingsInState, nn.Module):
     def gates(self) -> Tensor:
         """The gates of this call: a sample in training, the deterministic gate in eval."""
         if self.training:
-            return gates.hard_concrete(
-                self.log_alpha, beta=self.beta, gamma=self.gamma, zeta=self.zeta,
-                generator=self.generator,
-            )  # fmt: skip
+            # (the settings were checked once, in __init__)
+            return gates.sample(self.log_alpha, self.beta, self.gamma, self.zeta, self.generator)
         return gates.hard_concrete_mean(self.log_alpha, gamma=self.gamma, zeta=self.zeta)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -97,8 +95,10 @@ class HardConcreteGate(SettingsInState, nn.Module):
             )
         # In the compute dtype (float32 for half inputs): one rounding of the product, and
         # the gates' gradient (a sum over the batch) does not overflow a half type.
-        z = self.gates().to(opmath_dtype(x.dtype)).reshape((-1,) + (1,) * (x.dim() - 1 - d))
-        return (opmath(x) * z).to(x.dtype)
+        z = cast(self.gates(), opmath_dtype(x.dtype))
+        if d != x.dim() - 1:  # gates along an inner dim broadcast over the ones after it
+            z = z.reshape((-1,) + (1,) * (x.dim() - 1 - d))
+        return cast(opmath(x) * z, x.dtype)
 
     def l0(self) -> Tensor:
         """The expected number of non-zero gates (differentiable)."""
