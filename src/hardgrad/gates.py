@@ -127,5 +127,10 @@ def expected_l0(
     """
     check_floating(log_alpha, "log_alpha")
     beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
+    return nonzero_probability(log_alpha, beta, gamma, zeta)
+
+
+def nonzero_probability(log_alpha: Tensor, beta: float, gamma: float, zeta: float) -> Tensor:
+    """:func:`expected_l0` without its argument checks (for callers that checked once)."""
     shift = beta * math.log(-gamma / zeta)
-    return torch.sigmoid(opmath(log_alpha) - shift).to(log_alpha.dtype)
+    return cast(torch.sigmoid(opmath(log_alpha) - shift), log_alpha.dtype)

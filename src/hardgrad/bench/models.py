@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes five small
+Public code around hard ops is written in a few recurring ways; this task writes seven small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -43,10 +43,22 @@ faster of the pair.
   :math:`\lVert z\rVert^2 + \lVert c\rVert^2 - 2 z\cdot c`, ``argmin``, and
   ``z + (z_q - z).detach()``; hardgrad's is :class:`hardgrad.nn.VectorQuantize` (which
   also keeps usage statistics).
+* ``moe``: a residual top-2 mixture of 8 GELU experts (64 -> 128 -> 64) between an input
+  and an output layer, each of the batch's rows a token, trained on the cross-entropy plus
+  0.01 times the Switch load-balancing loss (Shazeer et al. 2017,
+  https://arxiv.org/abs/1701.06538; Fedus et al. 2021, https://arxiv.org/abs/2101.03961).
+  The original is the usual hand-written layer: softmax router, ``topk``, renormalised
+  gates, a loop over the experts on their tokens with ``index_add_``; hardgrad's is
+  :class:`hardgrad.nn.MoE` (the same "sparse" router gradient).
+* ``l0-mlp``: a 64-256-10 MLP whose hidden units are pruned by Hard Concrete gates with
+  the L0 penalty (Louizos et al. 2018, https://arxiv.org/abs/1712.01312, weight 1e-3).
+  The original writes the gate's sample and penalty out in torch ops; hardgrad's is
+  :class:`hardgrad.nn.HardConcreteGate`.
 
 Before timing, every pair is checked to compute the same thing: from the same initial
 weights and batch, the deterministic models give the same loss and the same parameter
-gradients (the VQ-VAE's codebook gradient included) (relative error at most 1e-4: ``x / s`` against ``x * (1/s)`` may put an
+gradients (the VQ-VAE's codebook gradient, the experts' and the gates' parameters included; the
+stochastic gates with the global seed set alike before each) (relative error at most 1e-4: ``x / s`` against ``x * (1/s)`` may put an
 element that lies on a rounding tie on the other side); for the stochastic MLP, whose two
 versions draw different noise, one stochastic layer's gradient given the same upstream
 gradient is compared (straight-through through the sigmoid does not depend on the draw).
@@ -84,7 +96,7 @@ __all__ = [
 ]
 
 #: The models, in table order.
-MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp", "vq-vae")
+MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp", "vq-vae", "moe", "l0-mlp")
 
 
 @dataclass(frozen=True)
@@ -392,6 +404,112 @@ def _cross_entropy(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(model(inputs), targets)
 
 
+# --------------------------------------------------------------------------- MoE
+
+EXPERTS, TOP_K, EXPERT_HIDDEN, BALANCE_WEIGHT = 8, 2, 128, 0.01
+EXPERT_PARAMETERS = ("w1", "b1", "w2", "b2")
+
+
+class _MoEOriginal(nn.Module):
+    """The top-k MoE layer as hand-written code writes it (parameters named and laid out
+    as :class:`hardgrad.nn.MoE`'s, so that both start alike)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.router = nn.Linear(width, EXPERTS, bias=False)
+        self.w1 = nn.Parameter(torch.empty(EXPERTS, width, EXPERT_HIDDEN))
+        self.b1 = nn.Parameter(torch.empty(EXPERTS, EXPERT_HIDDEN))
+        self.w2 = nn.Parameter(torch.empty(EXPERTS, EXPERT_HIDDEN, width))
+        self.b2 = nn.Parameter(torch.empty(EXPERTS, width))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        probs = F.softmax(self.router(x), -1)
+        gates, chosen = probs.topk(TOP_K, -1)
+        gates = gates / gates.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(EXPERTS):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if token.numel() == 0:
+                continue
+            hidden = F.gelu(x[token] @ self.w1[e] + self.b1[e])
+            expert = hidden @ self.w2[e] + self.b2[e]
+            out.index_add_(0, token, expert * gates[token, slot].unsqueeze(-1))
+        load = F.one_hot(chosen, EXPERTS).sum((0, 1)) / chosen.numel()
+        balance = EXPERTS * (load * probs.mean(0)).sum()
+        return out, balance
+
+
+class _MoENet(nn.Module):
+    def __init__(self, hardgrad: bool, n_in: int) -> None:
+        super().__init__()
+        self.inputs = nn.Linear(n_in, 64)
+        self.moe: nn.Module = (
+            hgnn.MoE(64, num_experts=EXPERTS, k=TOP_K, hidden_features=EXPERT_HIDDEN)
+            if hardgrad
+            else _MoEOriginal(64)
+        )
+        self.outputs = nn.Linear(64, 10)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.inputs(x)
+        if isinstance(self.moe, hgnn.MoE):
+            mixed, _, balance = self.moe(h)
+        else:
+            mixed, balance = self.moe(h)
+        return self.outputs(h + mixed), balance
+
+
+def _moe_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    logits, balance = model(inputs)
+    return F.cross_entropy(logits, targets) + BALANCE_WEIGHT * balance
+
+
+# --------------------------------------------------------------------------- L0 gates
+
+L0_WEIGHT, GATE_BETA, GATE_GAMMA, GATE_ZETA = 1e-3, 2 / 3, -0.1, 1.1
+
+
+class _HardConcreteOriginal(nn.Module):
+    """Hard Concrete gates on the hidden units, written out (Louizos et al. 2018)."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.full((features,), math.log(0.9 / 0.1)))
+
+    def forward(self, h: Tensor) -> Tensor:
+        tiny = torch.finfo(h.dtype).tiny
+        u = torch.rand_like(self.log_alpha).clamp(tiny, 1 - torch.finfo(h.dtype).eps)
+        s = torch.sigmoid((u.log() - (1 - u).log() + self.log_alpha) / GATE_BETA)
+        z = (s * (GATE_ZETA - GATE_GAMMA) + GATE_GAMMA).clamp(0, 1)
+        return h * z
+
+    def l0(self) -> Tensor:
+        shift = GATE_BETA * math.log(-GATE_GAMMA / GATE_ZETA)
+        return torch.sigmoid(self.log_alpha - shift).sum()
+
+
+class _L0MLP(nn.Module):
+    def __init__(self, hardgrad: bool, n_in: int) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(n_in, 256)
+        self.gate: nn.Module = (
+            hgnn.HardConcreteGate(256, beta=GATE_BETA, gamma=GATE_GAMMA, zeta=GATE_ZETA)
+            if hardgrad
+            else _HardConcreteOriginal(256)
+        )
+        self.outputs = nn.Linear(256, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outputs(self.gate(F.relu(self.hidden(x))))
+
+
+def _l0_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    assert isinstance(model, _L0MLP)
+    gate = model.gate
+    assert isinstance(gate, (hgnn.HardConcreteGate, _HardConcreteOriginal))
+    return F.cross_entropy(model(inputs), targets) + L0_WEIGHT * gate.l0()
+
+
 # --------------------------------------------------------------------------- pairs
 
 
@@ -456,6 +574,13 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
         original, hardgrad = _VQAutoencoder(False, n_in), _VQAutoencoder(True, n_in)
         with torch.no_grad():
             hardgrad.codebook().copy_(original.codebook())
+    elif name == "moe":
+        original, hardgrad = _MoENet(False, n_in), _MoENet(True, n_in)
+        with torch.no_grad():
+            for attribute in EXPERT_PARAMETERS:
+                getattr(original.moe, attribute).copy_(getattr(hardgrad.moe, attribute))
+    elif name == "l0-mlp":
+        original, hardgrad = _L0MLP(False, n_in), _L0MLP(True, n_in)
     else:
         raise ValueError(f"Unknown model {name!r}; available: {', '.join(MODELS)}")
     _copy_weights(original, hardgrad)
@@ -464,7 +589,7 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
     if name == "lsq-mlp":
         _init_lsq_scales(original, x)
         _init_lsq_scales(hardgrad, x)
-    loss = _vq_loss if name == "vq-vae" else _cross_entropy
+    loss = {"vq-vae": _vq_loss, "moe": _moe_loss, "l0-mlp": _l0_loss}.get(name, _cross_entropy)
     return ModelPair(name, original, hardgrad, x, y, after, loss)
 
 
@@ -475,7 +600,8 @@ def _copy_weights(source: nn.Module, target: nn.Module) -> None:
     with torch.no_grad():
         for a, b in zip(linears, others, strict=True):
             b.weight.copy_(a.weight)
-            b.bias.copy_(a.bias)
+            if a.bias is not None and b.bias is not None:
+                b.bias.copy_(a.bias)
 
 
 # --------------------------------------------------------------------------- checks
@@ -484,6 +610,19 @@ def _copy_weights(source: nn.Module, target: nn.Module) -> None:
 def _relative_error(a: Tensor, b: Tensor) -> float:
     scale = max(float(b.norm()), 1e-12)
     return float((a - b).norm()) / scale
+
+
+def _checked_parameters(model: nn.Module) -> list[Tensor]:
+    """The parameters whose gradients must agree: every linear layer's weight and the
+    hard layers' own (codebook, experts, gates)."""
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    if isinstance(model, _VQAutoencoder):
+        weights.append(model.codebook())
+    if isinstance(model, _MoENet):
+        weights += [getattr(model.moe, attribute) for attribute in EXPERT_PARAMETERS]
+    if isinstance(model, _L0MLP):
+        weights.append(model.gate.log_alpha)
+    return weights
 
 
 def check_pair(pair: ModelPair, tolerance: float = 1e-4) -> dict[str, float]:
@@ -495,13 +634,11 @@ def check_pair(pair: ModelPair, tolerance: float = 1e-4) -> dict[str, float]:
     losses, grads = [], []
     for model in (pair.original, pair.hardgrad):
         model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)  # the L0 gates' noise: both versions draw it alike
         loss = pair.loss(model, pair.inputs, pair.targets)
         loss.backward()
         losses.append(loss.detach())
-        weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
-        if isinstance(model, _VQAutoencoder):
-            weights.append(model.codebook())
-        grads.append([w.grad for w in weights])
+        grads.append([w.grad for w in _checked_parameters(model)])
         model.zero_grad(set_to_none=True)
     loss_error = _relative_error(losses[1], losses[0])
     grad_error = max(_relative_error(b, a) for a, b in zip(*grads, strict=True))
@@ -547,7 +684,8 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
 @task(
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
-    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE): "
+    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE, top-2 MoE, "
+    "L0-gated MLP): "
     "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
 )

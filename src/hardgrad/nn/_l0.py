@@ -102,9 +102,7 @@ class HardConcreteGate(SettingsInState, nn.Module):
 
     def l0(self) -> Tensor:
         """The expected number of non-zero gates (differentiable)."""
-        return gates.expected_l0(
-            self.log_alpha, beta=self.beta, gamma=self.gamma, zeta=self.zeta
-        ).sum()
+        return gates.nonzero_probability(self.log_alpha, self.beta, self.gamma, self.zeta).sum()
 
     def sparsity(self) -> float:
         """The share of gates that are exactly 0 at test time."""
