@@ -621,7 +621,9 @@ def _checked_parameters(model: nn.Module) -> list[Tensor]:
     if isinstance(model, _MoENet):
         weights += [getattr(model.moe, attribute) for attribute in EXPERT_PARAMETERS]
     if isinstance(model, _L0MLP):
-        weights.append(model.gate.log_alpha)
+        gate = model.gate
+        assert isinstance(gate, (hgnn.HardConcreteGate, _HardConcreteOriginal))
+        weights.append(gate.log_alpha)
     return weights
 
 
