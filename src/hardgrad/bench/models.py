@@ -492,7 +492,7 @@ class _L0MLP(nn.Module):
     def __init__(self, hardgrad: bool, n_in: int) -> None:
         super().__init__()
         self.hidden = nn.Linear(n_in, 256)
-        self.gate: nn.Module = (
+        self.gate: hgnn.HardConcreteGate | _HardConcreteOriginal = (
             hgnn.HardConcreteGate(256, beta=GATE_BETA, gamma=GATE_GAMMA, zeta=GATE_ZETA)
             if hardgrad
             else _HardConcreteOriginal(256)
@@ -505,9 +505,7 @@ class _L0MLP(nn.Module):
 
 def _l0_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     assert isinstance(model, _L0MLP)
-    gate = model.gate
-    assert isinstance(gate, (hgnn.HardConcreteGate, _HardConcreteOriginal))
-    return F.cross_entropy(model(inputs), targets) + L0_WEIGHT * gate.l0()
+    return F.cross_entropy(model(inputs), targets) + L0_WEIGHT * model.gate.l0()
 
 
 # --------------------------------------------------------------------------- pairs
@@ -621,9 +619,7 @@ def _checked_parameters(model: nn.Module) -> list[Tensor]:
     if isinstance(model, _MoENet):
         weights += [getattr(model.moe, attribute) for attribute in EXPERT_PARAMETERS]
     if isinstance(model, _L0MLP):
-        gate = model.gate
-        assert isinstance(gate, (hgnn.HardConcreteGate, _HardConcreteOriginal))
-        weights.append(gate.log_alpha)
+        weights.append(model.gate.log_alpha)
     return weights
 
 

@@ -143,20 +143,20 @@ def uniform(
     """Uniform noise in ``[tiny, 1 - eps]``, so that ``log(u)`` and ``log(1 - u)`` are finite."""
     dtype = noise_dtype(like)
     info = torch.finfo(dtype)
-    if eager_plain(like):
-        if shape is None:
-            # rand_like into a contiguous tensor is torch.rand(like.shape, ...) number for
-            # number (an empty tensor filled by uniform_), without parsing a torch.Size and a
-            # device: 1.9 against 3.3 µs a call. (Not under compile or a torch.func
-            # transform, where rand_like of a batched tensor would draw batched noise.)
-            u = torch.rand_like(
-                like, dtype=dtype, memory_format=torch.contiguous_format, generator=generator
-            )
-        else:
-            u = random_tensor(torch.rand, shape, generator, dtype=dtype, device=like.device)
+    plain = eager_plain(like)
+    if plain and shape is None:
+        # rand_like into a contiguous tensor is torch.rand(like.shape, ...) number for number
+        # (an empty tensor filled by uniform_), without parsing a torch.Size and a device:
+        # 1.9 against 3.3 µs a call. (Not under compile or a torch.func transform, where
+        # rand_like of a batched tensor would draw batched noise.)
+        u = torch.rand_like(
+            like, dtype=dtype, memory_format=torch.contiguous_format, generator=generator
+        )
+    else:
+        size = like.shape if shape is None else shape
+        u = random_tensor(torch.rand, size, generator, dtype=dtype, device=like.device)
+    if plain:
         return u.clamp_(info.tiny, 1 - info.eps)  # one pass
-    size = like.shape if shape is None else shape
-    u = random_tensor(torch.rand, size, generator, dtype=dtype, device=like.device)
     return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
 
 
