@@ -956,14 +956,14 @@ def test_binary_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch):
     """The Bernoulli Gumbel-Rao backward sums its k conditional draws in chunks of
     GUMBEL_RAO_CHUNK elements (to keep its temporaries small); any chunk size gives the
     one-pass gradient up to the order of the float64 sums."""
-    from hardgrad.estimators import _pathwise
+    from hardgrad.estimators import _gumbel_rao
 
     logits = torch.randn(6, 7, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     upstream = torch.randn(6, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     est = GumbelRao(tau=0.7, k=9)
     grads = []
     for chunk in (10**9, 42, 1):  # one pass; one row (42 elements) per chunk; the same
-        monkeypatch.setattr(_pathwise, "GUMBEL_RAO_CHUNK", chunk)
+        monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
         leaf = logits.clone().requires_grad_()
         y = hg.bernoulli(leaf, estimator=est, generator=torch.Generator().manual_seed(5))
         (grad,) = torch.autograd.grad(y, leaf, upstream)
@@ -979,7 +979,7 @@ def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, 
     draws into chunks of at most GUMBEL_RAO_CHUNK elements: every chunking (all at once;
     a few rows with every draw; one row, a few draws; one row, one draw) gives the one-pass
     gradient up to the order of the float64 sums, along any dim."""
-    from hardgrad.estimators import _pathwise
+    from hardgrad.estimators import _gumbel_rao
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(5, 6, 7, generator=g, dtype=torch.float64)
@@ -988,7 +988,7 @@ def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, 
     classes = logits.shape[dim]
     grads = []
     for chunk in (10**9, 3 * 9 * classes, 4 * classes, 1):
-        monkeypatch.setattr(_pathwise, "GUMBEL_RAO_CHUNK", chunk)
+        monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
         leaf = logits.clone().requires_grad_()
         y = hg.categorical(leaf, dim=dim, estimator=est, generator=torch.Generator().manual_seed(5))
         (grad,) = torch.autograd.grad(y, leaf, upstream)

@@ -138,19 +138,17 @@ def _sample_categorical(
     chosen: _estimators.Estimator,
     generator: torch.Generator | None,
 ) -> Tensor:
-    noise = chosen.noise(tensor, generator)
     if is_probs:
-        return chosen.categorical_probs(tensor, noise, dim)
-    return chosen.categorical(tensor, noise, dim)
+        return chosen.categorical_probs(tensor, chosen.noise(tensor, generator), dim)
+    return chosen.sample_categorical(tensor, generator, dim)
 
 
 def _sample_bernoulli(
     tensor: Tensor, is_probs: bool, chosen: _estimators.Estimator, generator: torch.Generator | None
 ) -> Tensor:
-    noise = chosen.bernoulli_noise(tensor, generator)
     if is_probs:
-        return chosen.bernoulli_probs(tensor, noise)
-    return chosen.bernoulli(tensor, noise)
+        return chosen.bernoulli_probs(tensor, chosen.bernoulli_noise(tensor, generator))
+    return chosen.sample_bernoulli(tensor, generator)
 
 
 def categorical(

@@ -5,10 +5,9 @@ backward over ``k`` draws of the Gumbels conditioned on the sample, so its cost 
 linearly in ``k`` and nothing else: per forward+backward call this times
 ``hg.categorical`` (on ``matrix`` logits) and ``hg.bernoulli`` (on ``N * C`` log-odds) for
 each ``k`` next to ST-Gumbel (the same backward with the one unconditioned draw),
-interleaved, with the bytes autograd saves per element (``4 k + 8``: the draws, the logits
-and the sample) and the minor page faults per call (fresh memory: the ``(k, ...)`` noise
-itself is ``4 k`` bytes per element; the backward's temporaries are chunked, see
-:data:`hardgrad.estimators._pathwise.GUMBEL_RAO_CHUNK`).
+interleaved, with the bytes autograd saves per element and the minor page faults per call
+(fresh memory): neither should grow with ``k``, as the draws are visited in blocks (see
+:mod:`hardgrad.estimators._gumbel_rao`).
 """
 
 from __future__ import annotations
@@ -126,11 +125,13 @@ def rao_table(data: dict[str, Any]) -> Table:
                 ]
             )
     table.notes.append(
-        "Cost linear in k: the ms per draw over ST-Gumbel stays flat. Saved bytes are "
-        "4 k + 8 per element (the k conditional draws, logits, sample). Page faults (1 per "
-        "4 KiB of fresh memory) grow with the noise drawn on every call: 4 k bytes per "
-        "element for the categorical unit (about all its faults), 8 k for the Bernoulli "
-        "unit's two exponentials per draw plus 4 k for their log-ratio (it faults about "
-        "twice that: not traced yet); the backward's temporaries are chunked."
+        "Cost linear in k: the ms per draw over ST-Gumbel stays flat. Memory does not grow "
+        "with k: the draws are visited in blocks of at most 1 MB. The categorical unit saves "
+        "its logits and sample (8 bytes per element) and its backward replays the draws from "
+        "the generator state the forward saved (the forward skips the generator past them, "
+        "so the stream is that of one draw of all k: an extra 2 ns per uniform); the "
+        "Bernoulli unit computes its per-unit slope in the forward and saves only that (4 "
+        "bytes). The page faults are those of the call's output-sized tensors, as for "
+        "ST-Gumbel's."
     )
     return table

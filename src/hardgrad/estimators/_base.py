@@ -68,6 +68,19 @@ class Estimator(abc.ABC):
             return logistic_pair(logits, generator)
         return self.noise(logits.unsqueeze(-1).expand(*logits.shape, 2), generator)
 
+    def sample_categorical(
+        self, logits: Tensor, generator: torch.Generator | None, dim: int
+    ) -> Tensor:
+        """What :func:`hardgrad.categorical` runs for logits: :meth:`categorical` on
+        :meth:`noise`. An estimator may do both in one step, with the same numbers
+        (:class:`GumbelRao` never holds its ``k`` draws on CPU)."""
+        return self.categorical(logits, self.noise(logits, generator), dim)
+
+    def sample_bernoulli(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
+        """What :func:`hardgrad.bernoulli` runs for log-odds: :meth:`bernoulli` on
+        :meth:`bernoulli_noise`, or an equivalent single step (see :meth:`sample_categorical`)."""
+        return self.bernoulli(logits, self.bernoulli_noise(logits, generator))
+
     def bernoulli(self, logits: Tensor, noise: Any) -> Tensor:
         """The {0, 1} sample for log-odds ``logits``, given :meth:`bernoulli_noise`: noise for
         the two-class logits ``[0, logits]`` (last dimension).

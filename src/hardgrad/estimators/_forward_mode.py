@@ -143,7 +143,7 @@ class _GumbelRaoSampleJVP(_GumbelRaoSample):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         _GumbelRaoSample.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(inputs[0], inputs[2], output)
+        ctx.save_for_forward(inputs[0], output, inputs[2])  # (explicit draws here)
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor:
@@ -156,7 +156,7 @@ class _BinaryGumbelRaoSampleJVP(_BinaryGumbelRaoSample):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _BinaryGumbelRaoSample.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(inputs[0], inputs[2], output[0])
+        ctx.save_for_forward(output[1])
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor | None, None]:

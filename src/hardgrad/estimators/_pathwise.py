@@ -25,7 +25,9 @@ from torch.nn.functional import softplus
 from .._kernels import argmax, cast, constant, eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature
-from ._base import ESTIMATORS, Estimator, uniform
+from . import _gumbel_rao as rao
+from ._base import ESTIMATORS, Estimator, logistic_pair, uniform
+from ._gumbel_rao import Replay
 
 
 def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
@@ -338,164 +340,115 @@ class _BinaryGappedSample(torch.autograd.Function):
         return _times_sigmoid_slope(grad, opmath(difference), ctx.tau), None, None, None
 
 
-def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
-    r"""Perturbed logits :math:`z = \ell + g` drawn from the Gumbels *given* ``argmax z = D``.
-
-    With :math:`E \sim \operatorname{Exp}(1)` and :math:`\Lambda = \operatorname{logsumexp}(\ell)`:
-    the maximum is :math:`z_D = \Lambda - \log E_D` and every other coordinate is a Gumbel
-    truncated below it, :math:`z_i = -\log(E_D e^{-\Lambda} + E_i e^{-\ell_i})` (Maddison et
-    al. 2014, https://arxiv.org/abs/1411.0030), computed in log space so that no term
-    overflows. ``ell`` (finite), the bool ``chosen`` (:math:`D`) and ``log_e``
-    (:math:`\log E`) broadcast together; differentiable in ``ell``.
-    """
-    total = torch.logsumexp(ell, dim, keepdim=True)
-    log_e_max = torch.where(chosen, log_e, 0).sum(dim, keepdim=True)
-    top = total - log_e_max
-    rest = -torch.logaddexp(log_e_max - total, log_e - ell)
-    return torch.where(chosen, top, rest)
-
-
-def _rao_softmax_slopes(
-    ell: Tensor, chosen: Tensor, grad: Tensor, exponentials: Tensor, tau: float
-) -> Tensor:
-    """Sum over the draws (rows of ``exponentials``, ``(k, M, C)``) of ST-Gumbel's VJP at
-    the conditional perturbed logits, for rows ``(M, C)`` of logits, sample and gradient."""
-    z = conditional_gumbel(ell, chosen, exponentials.log(), -1)
-    p = torch.softmax(finite(z / tau), -1)  # z / tau overflows for tiny tau
-    return _softmax_jacobian_product(grad.expand_as(p), p, -1).sum(0)
-
-
-#: Elements per chunk of the Gumbel-Rao backwards (1 MB of float32): their temporaries
-#: stay this small whatever ``k`` and the batch, so the allocator reuses them (full
-#: ``(k, N)`` temporaries of a large batch are fresh pages, faulted in on every call).
-GUMBEL_RAO_CHUNK = 2**18
-
-
 @cached_signature
 class _GumbelRaoSample(torch.autograd.Function):
-    """Forward the Gumbel-max sample; backward: ST-Gumbel averaged over conditional draws."""
+    """Forward the Gumbel-max sample; backward: ST-Gumbel averaged over conditional draws.
+
+    ``draws``: the exponentials of the ``k`` conditional draws, ``(k, *logits.shape)``, or
+    a :class:`~hardgrad.estimators._gumbel_rao.Replay` of them (eager CPU); the backward
+    reads them in blocks (:mod:`hardgrad.estimators._gumbel_rao`).
+    """
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(
-        logits: Tensor, gumbel: Tensor, exponentials: Tensor, dim: int, tau: float
+        logits: Tensor, gumbel: Tensor, draws: Tensor | Replay, dim: int, tau: float
     ) -> Tensor:
         return _gumbel_max(logits, gumbel, dim)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        logits, _, exponentials, ctx.dim, ctx.tau = inputs
-        ctx.save_for_backward(logits, exponentials, output)
+        logits, _, draws, ctx.dim, ctx.tau = inputs
+        if isinstance(draws, Tensor):
+            ctx.replay, ctx.k = None, draws.shape[0]
+            ctx.save_for_backward(logits, output, draws)
+        else:
+            ctx.replay, ctx.k = draws, draws.k
+            ctx.save_for_backward(logits, output)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
-        logits, exponentials, sample = ctx.saved_tensors
-        dim, tau = ctx.dim, ctx.tau
+        logits, sample, *explicit = ctx.saved_tensors
+        dim, tau, k = ctx.dim, ctx.tau, ctx.k
+        ell = finite(opmath(logits))
         if torch.compiler.is_compiling():
             # One pass along dim itself: inside a graph inductor plans the temporaries,
             # and the reshapes below would tie symbolic sizes together.
-            ell = finite(opmath(logits)).unsqueeze(0)
-            chosen = sample.to(torch.bool).unsqueeze(0)
-            z = conditional_gumbel(ell, chosen, exponentials.log(), dim + 1)
-            p = torch.softmax(finite(z / tau), dim + 1)  # z / tau overflows for tiny tau
-            g = opmath(grad).unsqueeze(0).expand_as(p)
-            mean = _softmax_jacobian_product(g, p, dim + 1).mean(0) / tau
-            return mean.to(logits.dtype), None, None, None, None
-        # Rows of classes, (M, C), and the k draws as (k, M, C): the chunks below then
-        # slice rows and draws whatever dim is.
-        ell = finite(opmath(logits)).movedim(dim, -1)
-        shape = ell.shape
-        classes = shape[-1]
-        ell = ell.reshape(-1, classes)
-        chosen = sample.movedim(dim, -1).reshape(-1, classes).to(torch.bool)
-        g = opmath(grad).movedim(dim, -1).reshape(-1, classes)
-        draws = exponentials.movedim(dim + 1, -1).reshape(exponentials.shape[0], -1, classes)
-        k, rows = draws.shape[0], ell.shape[0]
-        # Chunks of at most GUMBEL_RAO_CHUNK elements: the (k, M, C) temporaries of a large
-        # batch would be fresh pages on every call (a page-fault storm).
-        per_draw = max(1, GUMBEL_RAO_CHUNK // max(classes, 1))
-        chunk_rows = max(1, per_draw // k)
-        chunk_draws = min(k, per_draw)
-        parts = []
-        for r0 in range(0, max(rows, 1), chunk_rows):  # (one empty chunk for no rows)
-            r1 = r0 + chunk_rows
-            total = _rao_softmax_slopes(
-                ell[r0:r1], chosen[r0:r1], g[r0:r1], draws[:chunk_draws, r0:r1], tau
-            )
-            for d0 in range(chunk_draws, k, chunk_draws):
-                draws_c = draws[d0 : d0 + chunk_draws, r0:r1]
-                total = total + _rao_softmax_slopes(
-                    ell[r0:r1], chosen[r0:r1], g[r0:r1], draws_c, tau
-                )
-            parts.append(total)
-        summed = parts[0] if len(parts) == 1 else torch.cat(parts)
-        mean = (summed / (k * tau)).reshape(shape).movedim(-1, dim)
-        return mean.to(logits.dtype), None, None, None, None
+            back = dim - logits.dim()  # the same dimension of the logits and the draws
+            total = torch.logsumexp(ell, back, keepdim=True)
+            chosen, g = sample.to(torch.bool), opmath(grad)
+            summed = rao.categorical_slopes(ell, total, chosen, g, explicit[0], tau, back)
+            return (summed / (k * tau)).to(logits.dtype), None, None, None, None
+        lay = rao.layout(k, logits.shape, dim)
+        rows, chosen = rao.block_view(ell, lay), rao.block_view(sample.to(torch.bool), lay)
+        g = rao.block_view(opmath(grad), lay)
+        source = ctx.replay.source(lay) if explicit == [] else rao.tensor_source(explicit[0], lay)
+        at = rao.class_dim(lay)
+        total = torch.logsumexp(rows, at, keepdim=True)
+
+        def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
+            draws = source(d0, d1, a0, a1)
+            rows_a, total_a, chosen_a, g_a = rows[a0:a1], total[a0:a1], chosen[a0:a1], g[a0:a1]
+            return rao.categorical_slopes(rows_a, total_a, chosen_a, g_a, draws, tau, at)
+
+        mean = rao.summed_over_draws(lay, part) / (k * tau)
+        return mean.reshape(logits.shape).to(logits.dtype), None, None, None, None
 
 
 @cached_signature
 class _BinaryGumbelRaoSample(torch.autograd.Function):
     r"""Gumbel-Rao's direct Bernoulli form: the two-class unit :math:`[0, \ell]` in closed form.
 
-    Input: the log-ratios :math:`r = \log(E_0/E_1)` of the exponentials of the ``k``
-    conditional draws (``(k, *logits.shape)``; :meth:`GumbelRao.bernoulli` reduces the
-    noise to them, half of what the exponentials take to save). The conditional perturbed
-    log-odds (:func:`conditional_gumbel` on the two classes) are
+    ``draws``: the log-ratios :math:`r = \log(E_0/E_1)` of the exponentials of the ``k``
+    conditional draws (``(k, *logits.shape)``), or a source that draws them block by block
+    (:func:`~hardgrad.estimators._gumbel_rao.drawn_source`, eager CPU). The conditional
+    perturbed log-odds (:func:`~hardgrad.estimators._gumbel_rao.conditional_gumbel` on the two
+    classes) are
     :math:`d = \operatorname{softplus}(r + \operatorname{softplus}(\ell))` when
     :math:`b = 1` and :math:`d = -\operatorname{softplus}(\operatorname{softplus}(-\ell) - r)`
     when :math:`b = 0`, i.e. :math:`|d| = \operatorname{softplus}(u)` with
     :math:`u = s r + \operatorname{softplus}(s \ell)`, :math:`s = 2b - 1`. The backward is
-    :math:`\bar y` times the mean over draws of :math:`\sigma'(d/\tau)/\tau`, and
-    :math:`\sigma'` is even, so only :math:`|d|` is needed:
-    :math:`\sigma'(x) = e^{-x}/(1 + e^{-x})^2` for :math:`x = |d|/\tau \ge 0`, stable.
-    Same sample and, up to rounding, the same gradient as the categorical path on the same
-    noise, at a fraction of its cost, in chunks of :data:`GUMBEL_RAO_CHUNK` elements.
+    :math:`\bar y` times the slope :math:`\tfrac1{k\tau}\sum_j \sigma'(d_j/\tau)`, which
+    does not depend on :math:`\bar y`: the forward computes it (in blocks of
+    :data:`~hardgrad.estimators._gumbel_rao.GUMBEL_RAO_CHUNK` elements) and saves only it,
+    4 bytes per unit whatever ``k``. :math:`\sigma'` is even, so only :math:`|d|` is
+    needed: :math:`\sigma'(x) = e^{-x}/(1 + e^{-x})^2` for :math:`x = |d|/\tau \ge 0`,
+    stable. Same sample and, up to rounding, the same gradient as the categorical path on
+    the same noise, at a fraction of its cost.
     """
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(
-        logits: Tensor, gumbel: Tensor, log_ratio: Tensor, tau: float
+        logits: Tensor, gumbel: Tensor, draws: Tensor | rao.Source, k: int, tau: float
     ) -> tuple[Tensor, Tensor]:
-        return _binary_sample(logits, gumbel)
+        sample, _ = _binary_sample(logits, gumbel)
+        lay = (k, logits.numel(), 1, 1)  # units as rows of one class: blocks (d, a, 1)
+        ell = rao.block_view(finite(opmath(logits)), lay)
+        sign = rao.block_view(sample, lay).to(ell.dtype).mul(2).sub(1)  # s = 2b - 1
+        shift = softplus(sign * ell)
+        source = rao.tensor_source(draws, lay) if isinstance(draws, Tensor) else draws
+        ell_dtype = ell.dtype
+
+        def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
+            ratio = source(d0, d1, a0, a1).to(ell_dtype)
+            return rao.binary_slopes(ratio, sign[a0:a1], shift[a0:a1], tau)
+
+        slope = rao.summed_over_draws(lay, part) / (k * tau)
+        return sample, slope.reshape(logits.shape)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        logits, _, log_ratio, ctx.tau = inputs
-        sample, difference = output
-        ctx.mark_non_differentiable(difference)
-        ctx.save_for_backward(logits, log_ratio, sample)
+        slope = output[1]
+        ctx.mark_non_differentiable(slope)
+        ctx.save_for_backward(slope)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
-        logits, log_ratio, sample = ctx.saved_tensors
-        ell = finite(opmath(logits))
-        sign = sample.to(ell.dtype).mul(2).sub(1)  # s = 2b - 1
-        shift = softplus(sign * ell)
-        k = log_ratio.shape[0]
-        rows = max(1, GUMBEL_RAO_CHUNK // max(ell.numel(), 1))
-        total = None
-        for start in range(0, k, rows):
-            chunk = log_ratio[start : start + rows].to(ell.dtype)
-            part = _binary_rao_slopes(chunk, sign, shift, ctx.tau)
-            total = part if total is None else total + part
-        assert total is not None  # k >= 1
-        slope = total / (k * ctx.tau)
-        return (opmath(grad) * slope).to(grad.dtype), None, None, None
-
-
-def _binary_rao_slopes(log_ratio: Tensor, sign: Tensor, shift: Tensor, tau: float) -> Tensor:
-    r"""Sum over the rows of ``log_ratio`` of :math:`\sigma'(\operatorname{softplus}(s r +
-    \operatorname{softplus}(s\ell))/\tau)` (see :class:`_BinaryGumbelRaoSample`)."""
-    x = softplus(log_ratio * sign + shift)
-    if eager_plain(x):  # in place on fresh temporaries
-        e = x.mul_(-1.0 / tau).exp_()
-        d = e + 1
-        return e.div_(d).div_(d).sum(0)
-    e = torch.exp(x * (-1.0 / tau))
-    return (e / (e + 1) / (e + 1)).sum(0)
+    def backward(ctx: Any, grad: Tensor, _grad_slope: Any) -> tuple[Tensor | None, ...]:
+        (slope,) = ctx.saved_tensors
+        return (opmath(grad) * slope).to(grad.dtype), None, None, None, None
 
 
 @cached_signature
@@ -700,6 +653,17 @@ class GumbelRao(_Tempered):
     :math:`\tau = 1` (Bernoulli at :math:`p = 0`) the mean over the draws of
     :math:`E_0/E_1`, their exponentials (:math:`E_1/E_0` at :math:`p = 1`).
 
+    Memory and time grow with :math:`k` only through the arithmetic: the draws are visited
+    in blocks of 1 MB (:mod:`hardgrad.estimators._gumbel_rao`). On CPU in eager mode
+    :func:`hardgrad.categorical` saves the logits and the sample, nothing per draw: it
+    saves the generator's state, skips the generator past the draws, and the backward
+    replays them; :func:`hardgrad.bernoulli` saves only the per-unit slope. Both give the
+    numbers of :meth:`noise` / :meth:`bernoulli_noise` bit for bit and leave the generator
+    where they leave it. Elsewhere (CUDA, ``torch.compile``, ``torch.func``, ``probs=``)
+    the draws are drawn up front: held during the Bernoulli forward (its slope is still
+    all it saves), saved for the categorical backward (:math:`4k` bytes per element in
+    float32).
+
     Args:
         tau: temperature of the relaxation, > 0.
         k: conditional draws per sample, >= 1.
@@ -713,15 +677,53 @@ class GumbelRao(_Tempered):
     k: int = 10
     name: ClassVar[str] = "gumbel_rao"
     probs_kind: ClassVar[str | None] = "gumbel_rao"
+    logistic_bernoulli_noise: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self.k, "k", low=1)
 
     def noise(self, logits: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        """The Gumbels of the sample, then the ``k`` draws' exponentials ``(k, *shape)``."""
         gumbel = super().noise(logits, generator)
-        exponentials = uniform(logits, generator, (self.k, *logits.shape)).log_().neg_()
+        exponentials = rao.exponentials_of(uniform(logits, generator, (self.k, *logits.shape)))
         return gumbel, exponentials
+
+    def bernoulli_noise(
+        self, logits: Tensor, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        r"""The pair :math:`(0, L)` of the sample (:attr:`logistic_bernoulli_noise`), then
+        per draw the exponentials :math:`(e^R, 1)` with :math:`R` standard logistic, shaped
+        ``(k, *logits.shape, 2)``: a two-class draw depends on its exponentials only
+        through :math:`E_0/E_1`, distributed as :math:`e^R`; one uniform per draw."""
+        pair = logistic_pair(logits, generator)
+        ratio = uniform(logits, generator, (self.k, *logits.shape))
+        ratio = ratio.div_(1 - ratio) if eager_plain(ratio) else ratio / (1 - ratio)
+        return pair, torch.stack((ratio, torch.ones_like(ratio)), -1)
+
+    def sample_categorical(
+        self, logits: Tensor, generator: torch.Generator | None, dim: int
+    ) -> Tensor:
+        """:meth:`categorical` on :meth:`noise`; on CPU in eager mode the same numbers
+        without holding the draws: the generator's state is saved and skipped past them,
+        and the backward replays them in blocks."""
+        if not rao.plain_cpu(logits):
+            return super().sample_categorical(logits, generator, dim)
+        gumbel = super().noise(logits, generator)
+        replay = Replay.skip(logits, generator, self.k)
+        if dim < 0:
+            dim += logits.dim()
+        return apply_function(_GumbelRaoSample, logits, gumbel, replay, dim, self.tau)
+
+    def sample_bernoulli(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
+        """:meth:`bernoulli` on :meth:`bernoulli_noise`; on CPU in eager mode the same
+        numbers with the draws taken from the generator block by block in the forward."""
+        if not rao.plain_cpu(logits):
+            return super().sample_bernoulli(logits, generator)
+        pair = logistic_pair(logits, generator)
+        lay = (self.k, logits.numel(), 1, 1)
+        draws = rao.drawn_source(logits, generator, lay, rao.logistic_of)
+        return apply_function(_BinaryGumbelRaoSample, logits, pair, draws, self.k, self.tau)[0]
 
     def categorical(self, logits: Tensor, noise: tuple[Tensor, Tensor], dim: int) -> Tensor:
         gumbel, exponentials = noise
@@ -733,7 +735,8 @@ class GumbelRao(_Tempered):
         gumbel, exponentials = noise
         ratio = exponentials[..., 0] / exponentials[..., 1]
         log_ratio = ratio.log_() if eager_plain(ratio) else ratio.log()  # log(E0 / E1)
-        return apply_function(_BinaryGumbelRaoSample, logits, gumbel, log_ratio, self.tau)[0]
+        k = exponentials.shape[0]
+        return apply_function(_BinaryGumbelRaoSample, logits, gumbel, log_ratio, k, self.tau)[0]
 
 
 @ESTIMATORS.register("reinmax")

@@ -56,7 +56,7 @@ from .._kernels import eager_plain
 from .._validation import check_positive, check_real
 from ..ops._autograd import apply_function, has_tangent
 from ._base import ESTIMATORS, uniform
-from ._pathwise import conditional_gumbel
+from ._gumbel_rao import conditional_gumbel
 from ._problem import Problem
 from ._score import ScoreFunctionEstimator, attach_parameter_gradient, first_order_only
 
