@@ -175,12 +175,14 @@ def _reference_vjp_sum(
     return (p * (grad - (grad * p).sum(-1, keepdim=True))).sum(0)
 
 
+@pytest.mark.parametrize("by_index", [False, True], ids=["mask", "index"])
 @pytest.mark.parametrize("tau", [0.1, 0.5, 1.0, 3.0])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_categorical_slopes_against_the_softmax_of_the_conditional_gumbels(tau, dtype):
+def test_categorical_slopes_against_the_softmax_of_the_conditional_gumbels(tau, dtype, by_index):
     """The softplus form (z_D - z_i = softplus(b_i - a), weights in [0, 1]) against the
-    softmax of the conditional Gumbels in float64: float64 to 1e-12, float32 to its
-    rounding."""
+    softmax of the conditional Gumbels in float64, with the sample as a mask (compiled
+    and transformed code) or as an index (eager, in place): float64 to 1e-12, float32 to
+    its rounding."""
     source = gen(9)
     ell64 = torch.randn(200, 6, generator=source, dtype=torch.float64) * 3
     index = torch.randint(6, (200,), generator=source)
@@ -190,7 +192,8 @@ def test_categorical_slopes_against_the_softmax_of_the_conditional_gumbels(tau, 
     expected = _reference_vjp_sum(ell64, chosen, grad64, e64, tau)
     ell, grad, e = ell64.to(dtype), grad64.to(dtype), e64.to(dtype)
     total = torch.logsumexp(ell, -1, keepdim=True)
-    got = categorical_slopes(ell, total, chosen, grad, e, tau, -1)
+    sample = index.unsqueeze(-1) if by_index else chosen
+    got = categorical_slopes(ell, total, sample, grad, e.log(), tau, -1)
     tol = 1e-12 if dtype == torch.float64 else 2e-5
     torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
 
@@ -202,9 +205,11 @@ def test_categorical_slopes_saturate_at_tiny_tau_without_overflow():
     chosen = torch.tensor([[True, False, False], [False, True, False], [True, False, False]])
     e = torch.full((2, 3, 3), 1.0)
     total = torch.logsumexp(ell, -1, keepdim=True)
-    got = categorical_slopes(ell, total, chosen, torch.randn(3, 3, generator=gen(1)), e, 1e-4, -1)
-    assert torch.isfinite(got).all()
-    assert torch.equal(got, torch.zeros_like(got))
+    upstream = torch.randn(3, 3, generator=gen(1))
+    for sample in (chosen, chosen.to(torch.int64).argmax(-1, keepdim=True)):
+        got = categorical_slopes(ell, total, sample, upstream, e.log(), 1e-4, -1)
+        assert torch.isfinite(got).all()
+        assert torch.equal(got, torch.zeros_like(got))
 
 
 def _logistic_ks(x: torch.Tensor) -> float:

@@ -119,10 +119,15 @@ def class_dim(lay: Layout) -> int:
     return -1 if lay[3] == 1 else -2
 
 
-def tensor_source(draws: Tensor, lay: Layout) -> Source:
-    """Blocks of explicit draws ``(k, *shape)``: slices, no copy."""
+def tensor_source(
+    draws: Tensor, lay: Layout, transform: Callable[[Tensor], Tensor] | None = None
+) -> Source:
+    """Blocks of explicit draws ``(k, *shape)``: slices (views: never written to), or
+    ``transform`` of them."""
     view = draws.reshape(lay[0], lay[1], *_row_shape(lay))
-    return lambda d0, d1, a0, a1: view[d0:d1, a0:a1]
+    if transform is None:
+        return lambda d0, d1, a0, a1: view[d0:d1, a0:a1]
+    return lambda d0, d1, a0, a1: transform(view[d0:d1, a0:a1])
 
 
 def drawn_source(
@@ -145,6 +150,11 @@ def drawn_source(
 def exponentials_of(u: Tensor) -> Tensor:
     """:math:`E = -\\log u`, standard exponentials (what ``GumbelRao.noise`` draws)."""
     return u.log_().neg_() if eager_plain(u) else -u.log()
+
+
+def log_exponentials_of(u: Tensor) -> Tensor:
+    """:math:`\\log E = \\log(-\\log u)` in place: what the categorical slopes read."""
+    return u.log_().neg_().log_()
 
 
 def logistic_of(u: Tensor) -> Tensor:
@@ -172,28 +182,32 @@ def categorical_slopes(
     total: Tensor,
     chosen: Tensor,
     grad: Tensor,
-    exponentials: Tensor,
+    log_e: Tensor,
     tau: float,
     dim: int,
 ) -> Tensor:
-    r"""The sum over a block's draws (``exponentials``, a leading dimension of draws) of
-    :math:`J(p)^\top \bar y` at the softmax :math:`p` of the conditional perturbed logits
-    over :math:`\tau` (ST-Gumbel's VJP times :math:`\tau`), for the block's rows of logits
-    ``ell`` (finite), their logsumexp ``total``, the sample and the incoming gradient.
+    r"""The sum over a block's draws (``log_e``, the logarithms of their exponentials, with a
+    leading dimension of draws) of :math:`J(p)^\top \bar y` at the softmax :math:`p` of the
+    conditional perturbed logits over :math:`\tau` (ST-Gumbel's VJP times :math:`\tau`),
+    for the block's rows of logits ``ell`` (finite), their logsumexp ``total``, the sample
+    (``chosen``: the bool one-hot in eager mode, where ``log_e`` is a fresh temporary that
+    is overwritten, else the index of the sample, keepdim) and the incoming gradient.
 
     With :math:`a = \log E_D - \Lambda` and :math:`b_i = \log E_i - \ell_i`,
     :func:`conditional_gumbel` is :math:`z_D = -a` and :math:`z_i = -\operatorname{logaddexp}
     (a, b_i)`, so :math:`z_D - z_i = \operatorname{softplus}(b_i - a) \ge 0` and
     :math:`p \propto w` with :math:`w_D = 1`, :math:`w_i = e^{-(z_D - z_i)/\tau} \in [0, 1]`:
     no overflow at any temperature, one exponential fewer than the softmax of :math:`z`."""
-    log_e = exponentials.log()
-    a = torch.where(chosen, log_e, 0).sum(dim, keepdim=True) - total
-    if eager_plain(log_e):  # in place on fresh temporaries
-        w = softplus(log_e.sub_(ell).sub_(a)).mul_(-1.0 / tau).exp_().masked_fill_(chosen, 1)
-        p = w.div_(w.sum(dim, keepdim=True))
-    else:
-        w = torch.where(chosen, 1.0, torch.exp(softplus(log_e - ell - a) * (-1.0 / tau)))
+    if chosen.dtype == torch.bool:
+        a = torch.where(chosen, log_e, 0).sum(dim, keepdim=True) - total
+        w = torch.exp(softplus(log_e - ell - a) * (-1.0 / tau))
+        w = torch.where(chosen, 1.0, w)
         p = w / w.sum(dim, keepdim=True)
+    else:  # eager: in place, and the sampled entries by index (a row's one element)
+        index = chosen.expand(log_e.shape[0], *chosen.shape)
+        a = log_e.gather(dim, index).sub_(total)
+        w = softplus(log_e.sub_(ell).sub_(a)).mul_(-1.0 / tau).exp_().scatter_(dim, index, 1.0)
+        p = w.div_(w.sum(dim, keepdim=True))
     return torch._softmax_backward_data(grad.expand_as(p), p, dim, p.dtype).sum(0)
 
 
@@ -239,11 +253,11 @@ class Replay:
         return cls(state, logits.new_empty(()), k)
 
     def source(self, lay: Layout) -> Source:
-        """The exponentials, block by block, from a private generator at the saved state
+        """The logarithms of the exponentials, block by block, from a private generator at the saved state
         (so a second backward replays them again)."""
         private = torch.Generator(device=self.like.device)
         private.set_state(self.state)
-        return drawn_source(self.like, private, lay, exponentials_of)
+        return drawn_source(self.like, private, lay, log_exponentials_of)
 
 
 def plain_cpu(logits: Tensor) -> bool:

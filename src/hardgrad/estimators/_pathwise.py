@@ -377,20 +377,25 @@ class _GumbelRaoSample(torch.autograd.Function):
             # and the reshapes below would tie symbolic sizes together.
             back = dim - logits.dim()  # the same dimension of the logits and the draws
             total = torch.logsumexp(ell, back, keepdim=True)
-            chosen, g = sample.to(torch.bool), opmath(grad)
-            summed = rao.categorical_slopes(ell, total, chosen, g, explicit[0], tau, back)
+            chosen, g, log_e = sample.to(torch.bool), opmath(grad), explicit[0].log()
+            summed = rao.categorical_slopes(ell, total, chosen, g, log_e, tau, back)
             return (summed / (k * tau)).to(logits.dtype), None, None, None, None
         lay = rao.layout(k, logits.shape, dim)
-        rows, chosen = rao.block_view(ell, lay), rao.block_view(sample.to(torch.bool), lay)
-        g = rao.block_view(opmath(grad), lay)
-        source = ctx.replay.source(lay) if explicit == [] else rao.tensor_source(explicit[0], lay)
         at = rao.class_dim(lay)
+        rows, g = rao.block_view(ell, lay), rao.block_view(opmath(grad), lay)
         total = torch.logsumexp(rows, at, keepdim=True)
+        plain = eager_plain(rows)
+        hot = rao.block_view(sample, lay)
+        chosen = hot.argmax(at, keepdim=True) if plain else hot.to(torch.bool)
+        # log E, block by block: of the saved exponentials, or replayed
+        source = (
+            rao.tensor_source(explicit[0], lay, torch.log) if explicit else ctx.replay.source(lay)
+        )
 
         def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
-            draws = source(d0, d1, a0, a1)
+            log_e = source(d0, d1, a0, a1)
             rows_a, total_a, chosen_a, g_a = rows[a0:a1], total[a0:a1], chosen[a0:a1], g[a0:a1]
-            return rao.categorical_slopes(rows_a, total_a, chosen_a, g_a, draws, tau, at)
+            return rao.categorical_slopes(rows_a, total_a, chosen_a, g_a, log_e, tau, at)
 
         mean = rao.summed_over_draws(lay, part) / (k * tau)
         return mean.reshape(logits.shape).to(logits.dtype), None, None, None, None
