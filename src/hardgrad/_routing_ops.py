@@ -440,7 +440,7 @@ def _gumbel_topk(
     taken = torch.zeros_like(logits, dtype=torch.bool)
     samples, indices = [], []
     for _ in range(k):
-        sample = chosen.categorical(masked, chosen.noise(masked, generator), masked.dim() - 1)
+        sample = chosen.sample_categorical(masked, generator, masked.dim() - 1)
         index = sample.detach().argmax(-1, keepdim=True)
         samples.append(sample)
         indices.append(index)
