@@ -157,12 +157,17 @@ def log_exponentials_of(u: Tensor) -> Tensor:
     return u.log_().neg_().log_()
 
 
+def odds_of(u: Tensor) -> Tensor:
+    r""":math:`e^R = u / (1 - u)` (in place in eager mode), :math:`R` standard logistic: the
+    law of :math:`\log(E_0/E_1)` for two standard exponentials, all a two-class
+    conditional draw depends on."""
+    return u.div_(torch.sub(1, u)) if eager_plain(u) else u / (1 - u)
+
+
 def logistic_of(u: Tensor) -> Tensor:
-    r""":math:`R = \log(u / (1 - u))`, standard logistic: the law of :math:`\log(E_0/E_1)`
-    for two standard exponentials, all a two-class conditional draw depends on."""
-    if eager_plain(u):
-        return u.div_(torch.sub(1, u)).log_()
-    return (u / (1 - u)).log()
+    """:math:`R = \\log(u / (1 - u))`, standard logistic (see :func:`odds_of`)."""
+    odds = odds_of(u)
+    return odds.log_() if eager_plain(odds) else odds.log()
 
 
 def summed_over_draws(lay: Layout, part: Callable[[int, int, int, int], Tensor]) -> Tensor:

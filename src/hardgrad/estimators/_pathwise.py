@@ -702,9 +702,8 @@ class GumbelRao(_Tempered):
         ``(k, *logits.shape, 2)``: a two-class draw depends on its exponentials only
         through :math:`E_0/E_1`, distributed as :math:`e^R`; one uniform per draw."""
         pair = logistic_pair(logits, generator)
-        ratio = uniform(logits, generator, (self.k, *logits.shape))
-        ratio = ratio.div_(1 - ratio) if eager_plain(ratio) else ratio / (1 - ratio)
-        return pair, torch.stack((ratio, torch.ones_like(ratio)), -1)
+        odds = rao.odds_of(uniform(logits, generator, (self.k, *logits.shape)))
+        return pair, torch.stack((odds, torch.ones_like(odds)), -1)
 
     def sample_categorical(
         self, logits: Tensor, generator: torch.Generator | None, dim: int
