@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hardgrad as hg
+from hardgrad.bench._timing import saved_bytes_per_element
 from hardgrad.estimators import GumbelRao, _gumbel_rao
 from hardgrad.estimators._gumbel_rao import blocks, categorical_slopes, conditional_gumbel
 
@@ -114,29 +115,16 @@ def test_categorical_backward_replays_the_same_draws_and_leaves_the_generator_al
     assert torch.equal(torch.get_rng_state(), global_state)
 
 
-def _saved_bytes_per_element(fn, x: torch.Tensor) -> float:
-    saved: list[torch.Tensor] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(x)
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
-    return sum(storages.values()) / x.numel()
-
-
 @pytest.mark.parametrize("k", [1, 10, 100])
 def test_saved_memory_does_not_grow_with_k(k):
     """float32: the categorical unit saves its logits and sample (8 bytes per element),
     the Bernoulli unit its slope (4), whatever k (the explicit noise would be 4 k more)."""
     x = torch.randn(64, 16, requires_grad=True)
     est = GumbelRao(k=k)
-    categorical = _saved_bytes_per_element(
+    categorical = saved_bytes_per_element(
         lambda v: hg.categorical(v, estimator=est, generator=gen(0)), x
     )
-    bernoulli = _saved_bytes_per_element(
+    bernoulli = saved_bytes_per_element(
         lambda v: hg.bernoulli(v, estimator=est, generator=gen(0)), x
     )
     assert categorical == 8

@@ -384,9 +384,8 @@ class _GumbelRaoSample(torch.autograd.Function):
         at = rao.class_dim(lay)
         rows, g = rao.block_view(ell, lay), rao.block_view(opmath(grad), lay)
         total = torch.logsumexp(rows, at, keepdim=True)
-        plain = eager_plain(rows)
-        hot = rao.block_view(sample, lay)
-        chosen = hot.argmax(at, keepdim=True) if plain else hot.to(torch.bool)
+        hot = rao.block_view(sample, lay)  # eager: the index, for in-place gather/scatter
+        chosen = hot.argmax(at, keepdim=True) if eager_plain(rows) else hot.to(torch.bool)
         # log E, block by block: of the saved exponentials, or replayed
         source = (
             rao.tensor_source(explicit[0], lay, torch.log) if explicit else ctx.replay.source(lay)
@@ -435,10 +434,9 @@ class _BinaryGumbelRaoSample(torch.autograd.Function):
         sign = rao.block_view(sample, lay).to(ell.dtype).mul(2).sub(1)  # s = 2b - 1
         shift = softplus(sign * ell)
         source = rao.tensor_source(draws, lay) if isinstance(draws, Tensor) else draws
-        ell_dtype = ell.dtype
 
         def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
-            ratio = source(d0, d1, a0, a1).to(ell_dtype)
+            ratio = cast(source(d0, d1, a0, a1), ell.dtype)
             return rao.binary_slopes(ratio, sign[a0:a1], shift[a0:a1], tau)
 
         slope = rao.summed_over_draws(lay, part) / (k * tau)
