@@ -154,3 +154,57 @@ def test_argmax_helper_is_first_argmax_on_ties_zeros_infinities_and_nan() -> Non
         x = values[torch.randint(0, values.numel(), (16, n), generator=gen)]
         for dim in (0, 1, -1):
             assert torch.equal(argmax(x, dim), x.argmax(dim, keepdim=True))
+
+
+_SPECIAL_VALUES = (0.0, -0.0, 1.0, float("nan"), float("inf"), -float("inf"), 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_compiled_argmax_form_is_first_argmax_on_ties_zeros_infinities_and_nan(dtype) -> None:
+    """Under compile, hardgrad._kernels.argmax is two vectorizable reductions (the row's
+    maximum, then the first index equal to it or NaN); called directly here, it must give
+    torch.argmax's index along every dim of 3-D tensors, 300 random tables."""
+    from hardgrad._kernels import _first_max_index
+
+    values = torch.tensor(_SPECIAL_VALUES, dtype=dtype)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        shape = [int(n) for n in torch.randint(1, 7, (3,), generator=gen)]
+        x = values[torch.randint(0, values.numel(), shape, generator=gen)]
+        for dim in (0, 1, 2, -1):
+            assert torch.equal(_first_max_index(x, dim), x.argmax(dim, keepdim=True))
+
+
+def test_compiled_one_hot_argmax_matches_eager_on_special_values_and_saves_only_logits(
+    fresh_dynamo,
+) -> None:
+    """Compiled one_hot_argmax: the same one-hot and gradient as eager on rows with ties,
+    signed zeros, infinities and NaN (the compiled forward picks its index with the
+    two-reduction form), and only the logits
+    saved: the forward's NaN test must not become a saved bool mask shared with the
+    backward's guard (inductor reloads bool masks slowly; it cost 4x)."""
+    from hardgrad.bench._timing import saved_bytes_per_element
+
+    gen = torch.Generator().manual_seed(2)
+    values = torch.tensor(_SPECIAL_VALUES)
+    logits = values[torch.randint(0, values.numel(), (64, 5), generator=gen)]
+    logits = torch.cat([logits, torch.randn(64, 5, generator=gen)])
+    grad = torch.randn(logits.shape, generator=gen)
+
+    def select(x: torch.Tensor) -> torch.Tensor:
+        return hg.one_hot_argmax(x, dim=-1, tau=0.5)
+
+    def step(fn: Callable[..., torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        x = logits.clone().requires_grad_()
+        y = fn(x)  # compiled: the forward and (AOT) the backward graph
+        return y, torch.autograd.grad(y, x, grad)[0]
+
+    eager = step(select)
+    compiled = step(torch.compile(select, dynamic=False, fullgraph=True))
+    assert torch.equal(compiled[0], eager[0])
+    assert torch.isfinite(compiled[1]).all()
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-5, atol=1e-6)
+
+    forward = torch.compile(hg.one_hot_argmax, dynamic=False)
+    x = torch.randn(256, 64, requires_grad=True)
+    assert saved_bytes_per_element(forward, x) == 4.0

@@ -69,7 +69,7 @@ def finite(x: Tensor) -> Tensor:
     if torch.compiler.is_compiling():
         # Same values; inductor fuses this form well, where nan_to_num makes the fused
         # softmax kernel several times slower on CPU.
-        return torch.where(x != x, 0.0, x).clamp(-big, big)
+        return torch.where(x != x, 0.0, x.clamp(-big, big))
     return torch.nan_to_num(x, nan=0.0, posinf=big, neginf=-big)
 
 
@@ -81,7 +81,26 @@ def argmax(x: Tensor, dim: int) -> Tensor:
     3.5 vs 11.7 µs along dim 0."""
     if x.device.type == "cpu" and eager_plain(x):
         return torch.max(x, dim, keepdim=True).indices
+    if torch.compiler.is_compiling():
+        return _first_max_index(x, dim)
     return x.argmax(dim, keepdim=True)
+
+
+def _first_max_index(x: Tensor, dim: int) -> Tensor:
+    """``x.argmax(dim, keepdim=True)`` as two vectorizable reductions, for inductor: the
+    row's maximum (NaN if the row has one), then the smallest index that equals it or is
+    NaN. Inductor's own argmax reduction runs scalar on CPU: 1.83 against 1.39 ms on
+    (65536, 64) for the whole one-hot, compiled.
+
+    The NaN test is spelled ``~(x == x)``, not ``x != x`` as in :func:`finite`: the
+    partitioner would otherwise share that node with a backward's guard and save it as a
+    bool mask, which inductor reloads slowly (4x the whole step). ``torch.isnan`` lowers
+    to a scalar loop there."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    positions = torch.arange(n, device=x.device).view((n,) + (1,) * (x.dim() - 1 - dim))
+    hit = (x == x.amax(dim, keepdim=True)) | ~(x == x)
+    return torch.where(hit, positions, n).amin(dim, keepdim=True)
 
 
 def one_hot(like: Tensor, dim: int, index: Tensor) -> Tensor:
