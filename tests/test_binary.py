@@ -132,6 +132,30 @@ def test_ternarize_edge_cases_and_dtypes():
         hg.ternarize(torch.ones(3, dtype=torch.long))
 
 
+def test_ternarize_zeros_are_positive_and_non_finite_slices_are_nan():
+    w = torch.tensor([[0.9, -0.05, 0.3, -0.6], [1.0, -2.0, 0.1, -0.2]])
+    y = hg.ternarize(w, per_channel_dim=0)
+    assert not y[y == 0].signbit().any()  # dropped negatives give 0, not -0
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        broken = w.clone()
+        broken[1, 2] = bad
+        out = hg.ternarize(broken, per_channel_dim=0)
+        assert torch.equal(out[0], y[0]) and out[1].isnan().all()
+        assert hg.ternarize(broken).isnan().all()
+
+
+@pytest.mark.parametrize("per_channel_dim", [None, 1])
+def test_ternarize_counts_large_slices_exactly(monkeypatch, per_channel_dim):
+    """Slices past float32's exact integers (2**24) are counted in float64; lowering the
+    cut-off to 2 runs that path here, and it must give the same weights."""
+    from hardgrad.ops import _lowbit
+
+    w = torch.randn(8, 33, generator=_gen(11))
+    expected = hg.ternarize(w, per_channel_dim=per_channel_dim)
+    monkeypatch.setattr(_lowbit, "_EXACT_FLOAT32_COUNT", 2)
+    assert torch.equal(hg.ternarize(w, per_channel_dim=per_channel_dim), expected)
+
+
 def test_ternary_layer_uses_per_channel_twn():
     layer = hg.nn.BinaryLinear(8, 5, weights="ternary")
     x = torch.randn(3, 8, generator=_gen(8))
