@@ -451,20 +451,29 @@ def test_saved_bytes_per_element(name, surrogate, shape):
         assert len(saved) == 1 and saved[0].data_ptr() == x.data_ptr()
 
 
-@pytest.mark.parametrize(("surrogate", "limit"), [("masked", 1), ("identity", 0)])
-def test_clamp_fixed_tensor_bounds_saved_bytes(surrogate, limit):
-    x = torch.randn(16, 64, requires_grad=True)
-    lo, hi = torch.full((64,), -0.5), torch.full((16, 1), 0.5)
+@pytest.mark.parametrize("rows", [16, 1024], ids=["small", "large"])
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+def test_clamp_fixed_tensor_bounds_saved_bytes(surrogate, rows):
+    """One mask, as the number-bound clamp saves it: 0/1 in x's dtype below
+    MASK_CONVERT_MIN_NUMEL elements, else bool; nothing for the identity."""
+    x = torch.randn(rows, 64, requires_grad=True)
+    lo, hi = torch.full((64,), -0.5), torch.full((rows, 1), 0.5)
     saved = saved_tensors(lambda t: hg.clamp(t, lo, hi, surrogate=surrogate), x)
-    assert sum(t.numel() * t.element_size() for t in saved) / x.numel() <= limit
+    if surrogate == "identity":
+        assert saved == []
+        return
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
+    assert [(t.dtype, t.shape) for t in saved] == [(x.dtype if small else torch.bool, x.shape)]
 
 
-def test_clamp_learnable_tensor_bounds_save_two_masks():
-    x = torch.randn(16, 64, requires_grad=True)
+@pytest.mark.parametrize("rows", [16, 1024], ids=["small", "large"])
+def test_clamp_learnable_tensor_bound_saves_two_masks(rows):
+    x = torch.randn(rows, 64, requires_grad=True)
     lo = torch.full((64,), -0.5, requires_grad=True)
     saved = saved_tensors(lambda t: hg.clamp(t, lo, 0.5), x)
-    assert all(t.dtype == torch.bool for t in saved)
-    assert sum(t.numel() for t in saved) / x.numel() <= 2
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
+    masks = [(t.dtype, t.shape) for t in saved if t.numel()]  # (the unused upper mask: empty)
+    assert masks == [(x.dtype if small else torch.bool, x.shape)] * 2  # x's and lo's
 
 
 # --------------------------------------------------------------------------------------
@@ -713,6 +722,33 @@ def test_clamp_tensor_bounds_match_torch_clamp(lo_shape, hi_shape, dtype, assert
     assert_same(g_id, g)
     for got, expected in zip(bounds_id, g_ref[1:], strict=True):
         assert_same(got, expected, signed_zeros=False)
+
+
+@pytest.mark.parametrize("rows", [16, 1024], ids=["float-masks", "bool-masks"])
+def test_clamp_tensor_bounds_match_torch_clamp_with_both_mask_kinds(rows):
+    """Both saved-mask forms (0/1 floats below MASK_CONVERT_MIN_NUMEL elements, bools
+    from there on) against torch.clamp, with a fifth of the entries saturated on each side,
+    crossed bounds (lo > hi) in one column, NaN inputs, and every bound learnable."""
+    g_ = torch.Generator().manual_seed(7)
+    x = torch.randn(rows, 64, generator=g_)
+    x[::9, 3] = math.nan
+    lo = torch.full((64,), -0.85).requires_grad_()
+    hi = (torch.rand(rows, 1, generator=g_) + 0.5).requires_grad_()
+    crossed = torch.zeros(64)
+    crossed[5] = 3.0  # lo = 2.15 > hi in column 5
+    g = torch.randn(rows, 64, generator=g_)
+
+    def grads(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, lo, hi)]
+        y = fn(leaves[0], leaves[1] + crossed, leaves[2])
+        return (y.detach(), *torch.autograd.grad(y, leaves, g))
+
+    ours, torchs = grads(hg.clamp), grads(torch.clamp)
+    assert torch.equal(ours[0].isnan(), torchs[0].isnan())
+    assert torch.equal(ours[0].nan_to_num(), torchs[0].nan_to_num())
+    assert torch.equal(ours[1], torchs[1])
+    for got, expected in zip(ours[2:], torchs[2:], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
 
 
 def test_clamp_masked_gradient_with_nonfinite_incoming_gradient_is_documented():

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import constant, eager_plain, storable_mask
+from .._kernels import cast, constant, eager_plain, storable_mask
 from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
 from ._autograd import (
     HardFn,
@@ -24,6 +25,7 @@ from ._autograd import (
     apply_surrogate,
     cached_signature,
     float_compare,
+    keeps_float_mask,
     masked,
     saved_mask,
 )
@@ -199,15 +201,54 @@ def _clamp_with_mask(x: Tensor, min: float | None, max: float | None) -> tuple[T
     return y, saved_mask(torch.eq, y, x, x.dtype)
 
 
+def _clamp_between(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """``torch.clamp(x, lo, hi)`` for bounds that broadcast to ``x``; in eager mode one
+    bound per kernel (torch's kernel with two tensor bounds takes 10 µs on 16,384 floats,
+    against 1.8 for each of these). Both are ``min(max(x, lo), hi)``."""
+    if eager_plain(x):
+        return torch.clamp(x, min=lo).clamp_(max=hi)
+    return torch.clamp(x, lo, hi)
+
+
+def _float_mask(compare: Callable[..., Tensor], x: Tensor, bound: Tensor) -> Tensor:
+    """``compare(x, bound)`` written as 0/1 in ``x``'s dtype, the form saved on small eager
+    tensors (:func:`~hardgrad.ops._autograd.saved_mask`): a bool result costs 6.9 against
+    1.7 µs on 16,384 floats, and a bool times a float 8.7 against 2.2 µs."""
+    return compare(x, bound, out=torch.empty_like(x))
+
+
+def _in_range(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Where ``x`` gets the gradient, as torch.clamp's backward: ``lo <= x <= hi`` (so
+    never where ``lo > hi``, nor for NaN)."""
+    if keeps_float_mask(x):
+        return _float_mask(torch.ge, x, lo).mul_(_float_mask(torch.le, x, hi))
+    return storable_mask((x >= lo) & (x <= hi))
+
+
+def _lower_mask(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Where ``lo`` gets the gradient, as torch.clamp's backward: ``x < lo < hi``."""
+    if keeps_float_mask(x):
+        return _float_mask(torch.lt, x, lo).mul_(torch.lt(lo, hi).to(x.dtype))
+    return storable_mask((x < lo) & (lo < hi))
+
+
+def _upper_mask(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Where ``hi`` gets the gradient, as torch.clamp's backward: ``x > hi`` or ``hi < lo``
+    (crossed bounds give ``y = hi``)."""
+    if keeps_float_mask(x):
+        return torch.maximum(_float_mask(torch.gt, x, hi), torch.lt(hi, lo).to(x.dtype))
+    return storable_mask((x > hi) | (hi < lo))
+
+
 @cached_signature
 class _ClampFixedTensorBounds(torch.autograd.Function):
-    """clamp(x, lo, hi) with tensor bounds that need no gradient: one bool mask (or none)."""
+    """clamp(x, lo, hi) with tensor bounds that need no gradient: one mask (or none)."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor]:
-        return torch.clamp(x, lo, hi), storable_mask((x >= lo) & (x <= hi))
+        return _clamp_between(x, lo, hi), _in_range(x, lo, hi)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -224,35 +265,40 @@ class _ClampFixedTensorBounds(torch.autograd.Function):
 
 @cached_signature
 class _ClampTensorBounds(torch.autograd.Function):
-    """clamp(x, lo, hi) with tensor bounds; lo/hi get torch.clamp's own gradients."""
+    """clamp(x, lo, hi) with tensor bounds, ``learns`` = (lo, hi) of them needing a
+    gradient: torch.clamp's gradients, from masks that multiply (CPU ``torch.where``
+    branches per element: 26 against 2.2 µs on 16,384 elements with a fifth saturated)."""
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor, Tensor]:
-        below = x < lo
-        above = x > hi
-        return torch.clamp(x, lo, hi), below, above
+    def forward(
+        x: Tensor, lo: Tensor, hi: Tensor, identity: bool, learns: tuple[bool, bool]
+    ) -> tuple[Tensor, ...]:
+        unused = x.new_empty(0)
+        keep = unused if identity else _in_range(x, lo, hi)
+        below = _lower_mask(x, lo, hi) if learns[0] else unused
+        above = _upper_mask(x, lo, hi) if learns[1] else unused
+        return _clamp_between(x, lo, hi), keep, below, above
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-        _x, lo, hi, identity = inputs
-        _, below, above = output
-        ctx.mark_non_differentiable(below, above)
-        ctx.save_for_backward(below, above)
-        ctx.identity = identity
+        _x, lo, hi, ctx.identity, _learns = inputs
+        masks = output[1:]
+        ctx.mark_non_differentiable(*masks)
+        ctx.save_for_backward(*masks)
         ctx.shapes = (lo.shape, hi.shape)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, *_: Any) -> tuple[Tensor | None, ...]:
-        below, above = ctx.saved_tensors
-        grad_x = grad if ctx.identity else masked(grad, ~(below | above))
+        keep, below, above = ctx.saved_tensors
+        grad_x = grad if ctx.identity else masked(grad, keep)
         grad_lo = grad_hi = None
         if ctx.needs_input_grad[1]:
-            grad_lo = torch.where(below, grad, 0).sum_to_size(ctx.shapes[0])
+            grad_lo = masked(grad, below).sum_to_size(ctx.shapes[0])
         if ctx.needs_input_grad[2]:
-            grad_hi = torch.where(above, grad, 0).sum_to_size(ctx.shapes[1])
-        return grad_x, grad_lo, grad_hi, None
+            grad_hi = masked(grad, above).sum_to_size(ctx.shapes[1])
+        return grad_x, grad_lo, grad_hi, None, None
 
 
 def _bound(value: Any, name: str, x: Tensor) -> Tensor | float | None:
@@ -263,6 +309,16 @@ def _bound(value: Any, name: str, x: Tensor) -> Tensor | float | None:
         check_broadcastable_to(value, x.shape, name)
         return value
     return check_real(value, name)
+
+
+def _bound_tensor(bound: Tensor | float | None, default: float, x: Tensor) -> Tensor:
+    """A bound of a clamp with tensor bounds as a tensor of ``x``'s dtype; a number (or
+    None, the ``default``) as a cached 0-d tensor in eager mode (``new_tensor`` costs a
+    copy, 6.6 µs a call)."""
+    if isinstance(bound, Tensor):
+        return cast(bound, x.dtype)
+    number = default if bound is None else bound
+    return constant(number, x) if eager_plain(x) else x.new_tensor(number)
 
 
 def clamp(
@@ -293,9 +349,10 @@ def clamp(
 
     Tensor bounds must broadcast to ``x``'s shape and are cast to its dtype; they get the
     gradient :func:`torch.clamp` gives them (the incoming gradient where ``x`` is below
-    ``min``, resp. above ``max``, summed to their shape) with either surrogate; then two
-    bool masks are saved (one when the bounds need no gradient). With
-    tensor bounds where ``min > max``, ``y = max`` as in torch and no entry is in range.
+    ``min`` while ``min < max``, resp. above ``max`` or wherever ``max < min``, summed to
+    their shape) with either surrogate; one mask is saved per bound that needs a gradient,
+    and one for ``x`` with ``"masked"``. With tensor bounds where ``min > max``,
+    ``y = max`` as in torch and no entry is in range.
 
     Args:
         x: a floating-point tensor.
@@ -324,18 +381,11 @@ def clamp(
                 f"Surrogate {chosen!r} cannot be used with tensor bounds in `clamp`; "
                 "use 'masked' or 'identity'"
             )
-        lo_t = (
-            lo.to(x.dtype)
-            if isinstance(lo, Tensor)
-            else x.new_tensor(-math.inf if lo is None else lo)
-        )
-        hi_t = (
-            hi.to(x.dtype)
-            if isinstance(hi, Tensor)
-            else x.new_tensor(math.inf if hi is None else hi)
-        )
+        lo_t = _bound_tensor(lo, -math.inf, x)
+        hi_t = _bound_tensor(hi, math.inf, x)
         if lo_t.requires_grad or hi_t.requires_grad:
-            y, _, _ = apply_function(_ClampTensorBounds, x, lo_t, hi_t, identity)
+            learns = (lo_t.requires_grad, hi_t.requires_grad)
+            y, *_ = apply_function(_ClampTensorBounds, x, lo_t, hi_t, identity, learns)
         else:
             y, _ = apply_function(_ClampFixedTensorBounds, x, lo_t, hi_t, identity)
         return y
