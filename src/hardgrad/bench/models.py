@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes seven small
+Public code around hard ops is written in a few recurring ways; this task writes eight small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -21,6 +21,11 @@ faster of the pair.
   clipped to [-1, 1] after each step. The original is the usual custom
   ``autograd.Function`` (forward ``where(x >= 0, 1, -1)``, saves ``x``, backward
   ``grad * (|x| <= 1)``); hardgrad's is :func:`hardgrad.binarize`.
+* ``twn-mlp``: a 64-256-256-10 MLP with ternary weights in its two hidden layers
+  (TWN, Li, Zhang & Liu 2016, https://arxiv.org/abs/1605.04711: threshold
+  :math:`0.7\,\overline{|w|}`, one scale per tensor, straight-through). The original
+  builds the {-1, 0, 1} pattern from two comparisons and applies the detach trick, as
+  public TWN code does; hardgrad's is :func:`hardgrad.ternarize`.
 * ``snn``: a spiking 64-128-10 network over 25 time steps of rate-coded input (Bernoulli
   spikes of the pixel intensities, drawn once), leaky integrate-and-fire neurons
   (:math:`m_t = \beta m_{t-1} + W x_t - \theta s_{t-1}`, reset by subtraction with the
@@ -96,7 +101,16 @@ __all__ = [
 ]
 
 #: The models, in table order.
-MODELS = ("lsq-mlp", "binarynet-mlp", "snn", "stochastic-mlp", "vq-vae", "moe", "l0-mlp")
+MODELS = (
+    "lsq-mlp",
+    "binarynet-mlp",
+    "twn-mlp",
+    "snn",
+    "stochastic-mlp",
+    "vq-vae",
+    "moe",
+    "l0-mlp",
+)
 
 
 @dataclass(frozen=True)
@@ -255,6 +269,38 @@ def _binarynet_mlp(hardgrad: bool, n_in: int) -> nn.Module:
         _Sign(hardgrad),
         _BinaryLinear(256, 10, hardgrad),
         nn.BatchNorm1d(10),
+    )
+
+
+# --------------------------------------------------------------------------- TWN
+
+
+def _ternary_original(w: Tensor) -> Tensor:
+    """TWN's ternary weights as public code writes them: a {-1, 0, 1} pattern from the
+    threshold 0.7 mean|w|, the mean kept magnitude as the scale, and the detach trick."""
+    delta = 0.7 * w.abs().mean()
+    pattern = (w > delta).float() - (w < -delta).float()
+    alpha = (w.abs() * pattern.abs()).sum() / pattern.abs().sum().clamp_min(1)
+    return w + (alpha * pattern - w).detach()
+
+
+class _TernaryLinear(nn.Linear):
+    def __init__(self, n_in: int, n_out: int, hardgrad: bool) -> None:
+        super().__init__(n_in, n_out)
+        self.hardgrad = hardgrad
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = ops.ternarize(self.weight) if self.hardgrad else _ternary_original(self.weight)
+        return F.linear(x, w, self.bias)
+
+
+def _twn_mlp(hardgrad: bool, n_in: int) -> nn.Module:
+    return nn.Sequential(
+        _TernaryLinear(n_in, 256, hardgrad),
+        nn.ReLU(),
+        _TernaryLinear(256, 256, hardgrad),
+        nn.ReLU(),
+        nn.Linear(256, 10),
     )
 
 
@@ -558,6 +604,8 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
     elif name == "binarynet-mlp":
         original, hardgrad = _binarynet_mlp(False, n_in), _binarynet_mlp(True, n_in)
         after = _clip_latent_weights
+    elif name == "twn-mlp":
+        original, hardgrad = _twn_mlp(False, n_in), _twn_mlp(True, n_in)
     elif name == "snn":
         original, hardgrad = _SpikingMLP(False, n_in), _SpikingMLP(True, n_in)
         rates = (x / x.max()).clamp(0, 1).cpu()
@@ -682,8 +730,8 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
 @task(
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
-    "BinaryNet MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE, top-2 MoE, "
-    "L0-gated MLP): "
+    "BinaryNet MLP, TWN MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE, top-2 "
+    "MoE, L0-gated MLP): "
     "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
 )

@@ -19,7 +19,6 @@ from .._kernels import cast, opmath_dtype
 from .._validation import check_floating, check_int, check_positive
 from ._autograd import IdentityGradient, apply_function, cached_signature, forward_mode
 
-
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
 
