@@ -3,6 +3,7 @@ hand-written adjoint, snnTorch's conventions, state, compile and bad input."""
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 
@@ -171,6 +172,30 @@ def test_gradients_equal_hand_written_bptt(reset, detach_reset):
     torch.testing.assert_close(lif.beta.grad, gb, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(lif.threshold.grad, gt, rtol=1e-12, atol=1e-12)
     assert leaf.grad.abs().sum() > 0 and lif.beta.grad != 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reset", ["subtract", "zero", "none"])
+@pytest.mark.parametrize("detach_reset", [True, False])
+@pytest.mark.parametrize("threshold", [1.0, 0.95])
+def test_number_settings_equal_tensor_settings_bit_for_bit(dtype, reset, detach_reset, threshold):
+    """Number settings enter the eager kernels as cached 0-d tensors, and a threshold of 1
+    skips its multiplication; spikes, membranes and the input gradient must stay those of
+    the same settings given as tensors (buffers) of the input's dtype. (Half types keep
+    computing with the numbers themselves, unrounded, as before.)"""
+    x = _inputs(6, dtype)
+    g = torch.randn(T, B, N, generator=torch.Generator().manual_seed(7)).to(dtype)
+    results = []
+    as_tensor = functools.partial(torch.tensor, dtype=dtype)
+    for beta, th in ((0.85, threshold), (as_tensor(0.85), as_tensor(threshold))):
+        lif = hg.nn.LIF(beta, th, reset=reset, detach_reset=detach_reset, surrogate="atan")
+        leaf = x.clone().requires_grad_()
+        spikes, membranes, _ = lif.sequence(leaf, return_membranes=True)
+        (spikes * g).sum().backward()
+        results.append((spikes, membranes.detach(), leaf.grad))
+    for number, tensor in zip(*results, strict=True):
+        assert torch.equal(number, tensor)
+    assert results[0][0].sum() > 0  # some spikes
 
 
 def test_per_neuron_learned_beta_gets_per_neuron_gradients():
