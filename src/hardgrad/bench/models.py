@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes eight small
+Public code around hard ops is written in a few recurring ways; this task writes nine small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -35,6 +35,9 @@ faster of the pair.
   ``autograd.Function`` (Zenke & Ganguli 2018: backward ``grad / (25 |v| + 1)^2``);
   hardgrad's is :func:`hardgrad.heaviside` with ``FastSigmoid(slope=25)``, the same
   derivative.
+* ``snn-lif``: the same spiking network and original, with hardgrad's neurons as
+  :class:`hardgrad.nn.LIF` modules (``FastSigmoid(slope=25)``), called once per step as
+  snnTorch's ``Leaky`` is.
 * ``stochastic-mlp``: a 64-256-256-10 MLP with stochastic binary hidden units and the
   sigmoid-adjusted straight-through gradient (Bengio et al. 2013,
   https://arxiv.org/abs/1308.3432). The original draws ``torch.bernoulli(p, generator=g)``
@@ -106,6 +109,7 @@ MODELS = (
     "binarynet-mlp",
     "twn-mlp",
     "snn",
+    "snn-lif",
     "stochastic-mlp",
     "vq-vae",
     "moe",
@@ -361,6 +365,30 @@ class _SpikingMLP(nn.Module):
         return counts
 
 
+class _LIFSpikingMLP(nn.Module):
+    """:class:`_SpikingMLP`'s network with :class:`hardgrad.nn.LIF` neurons: the same
+    dynamics (its reset is recomputed from the previous membrane, which is the detached
+    previous spike) and the same surrogate."""
+
+    def __init__(self, n_in: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(n_in, 128)
+        self.fc2 = nn.Linear(128, 10)
+        surrogate = surrogates.FastSigmoid(slope=SLOPE)
+        self.lif1 = hgnn.LIF(BETA, THRESHOLD, surrogate=surrogate)
+        self.lif2 = hgnn.LIF(BETA, THRESHOLD, surrogate=surrogate)
+
+    def forward(self, spikes_in: Tensor) -> Tensor:
+        mem1 = mem2 = None
+        counts: Tensor | float = 0.0
+        for x_t in spikes_in:
+            spk1, mem1 = self.lif1(self.fc1(x_t), mem1)
+            spk2, mem2 = self.lif2(self.fc2(spk1), mem2)
+            counts = counts + spk2
+        assert isinstance(counts, Tensor)
+        return counts
+
+
 # --------------------------------------------------------------------------- stochastic MLP
 
 
@@ -606,8 +634,9 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
         after = _clip_latent_weights
     elif name == "twn-mlp":
         original, hardgrad = _twn_mlp(False, n_in), _twn_mlp(True, n_in)
-    elif name == "snn":
-        original, hardgrad = _SpikingMLP(False, n_in), _SpikingMLP(True, n_in)
+    elif name in ("snn", "snn-lif"):
+        original = _SpikingMLP(False, n_in)
+        hardgrad = _SpikingMLP(True, n_in) if name == "snn" else _LIFSpikingMLP(n_in)
         rates = (x / x.max()).clamp(0, 1).cpu()
         noise = torch.Generator().manual_seed(settings.seed)
         x = torch.bernoulli(rates.expand(config.time_steps, *rates.shape), generator=noise)
@@ -730,8 +759,8 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
 @task(
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
-    "BinaryNet MLP, TWN MLP, spiking MLP over 25 steps, stochastic-neuron MLP, VQ-VAE, top-2 "
-    "MoE, L0-gated MLP): "
+    "BinaryNet MLP, TWN MLP, spiking MLP over 25 steps (spike op, LIF module), "
+    "stochastic-neuron MLP, VQ-VAE, top-2 MoE, L0-gated MLP): "
     "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
 )
