@@ -351,6 +351,35 @@ def test_st_closed_forms_in_probability_space():
     torch.testing.assert_close(leaf.grad, w - (w * q).sum(-1, keepdim=True))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_bernoulli_st_at_tau_one_passes_the_gradient_exactly(dtype):
+    """At tau = 1, d b / d p = sigma'(l) / (p (1 - p)) = 1 everywhere, 0 and 1 included: the
+    gradient (and forward-mode tangent) is the incoming one bit for bit, and the sample
+    is the one the same noise gives through the explicit-noise API."""
+    p = torch.tensor([0.0, 1e-3, 0.3, 0.5, 0.999, 1.0], dtype=dtype)
+    w = torch.tensor([1.0, -2.0, 0.5, 3.0, -0.25, 7.0], dtype=dtype)
+    leaf = p.clone().requires_grad_()
+    b = hg.bernoulli(probs=leaf, estimator="st", generator=_seed(4))
+    (b * w).sum().backward()
+    assert torch.equal(leaf.grad, w)
+    st = hg.estimators.get("st")
+    explicit = st.bernoulli_probs(p, st.bernoulli_noise(p, _seed(4)))
+    assert torch.equal(b.detach(), explicit)
+    _, tangent = torch.func.jvp(
+        lambda q: hg.bernoulli(probs=q, estimator="st", generator=_seed(4)), (p,), (w,)
+    )
+    assert torch.equal(tangent, w)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_bernoulli_probs_infinities_are_rejected(value):
+    probs = torch.tensor([0.5, value])
+    with pytest.raises(
+        ValueError, match=r"`probs` in \[0, 1\], but found probs=-?inf at index \(1,\)"
+    ):
+        hg.bernoulli(probs=probs)
+
+
 # --------------------------------------------------------------------------------------
 # Gradients at exactly 0 and 1: finite, the limit of the formula
 # --------------------------------------------------------------------------------------
