@@ -371,6 +371,25 @@ def test_bernoulli_st_at_tau_one_passes_the_gradient_exactly(dtype):
     assert torch.equal(tangent, w)
 
 
+def test_categorical_st_at_tau_one_normalises_unnormalised_probs(validation_off):
+    """At tau = 1 the categorical ST's backward in probability space is written without
+    logarithms: (ybar - <ybar, q/S>) / S with S = sum q, which treats unnormalised q as
+    q / S, as every other path does; rows with zeros and a row summing to 2 (no value
+    checks), against the float64 closed form, and the JVP its transpose."""
+    q = torch.tensor([[0.0, 0.25, 0.75], [0.5, 1.5, 0.0]], dtype=torch.float64)
+    w = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]], dtype=torch.float64)
+    leaf = q.clone().requires_grad_()
+    (hg.categorical(probs=leaf, generator=_seed(1)) * w).sum().backward()
+    total = q.sum(-1, keepdim=True)
+    expected = (w - (w * q / total).sum(-1, keepdim=True)) / total
+    torch.testing.assert_close(leaf.grad, expected, rtol=1e-15, atol=1e-15)
+    jacobian = torch.autograd.functional.jacobian(
+        lambda t: hg.categorical(probs=t, generator=_seed(1)), q
+    ).reshape(6, 6)
+    _, tangent = torch.func.jvp(lambda t: hg.categorical(probs=t, generator=_seed(1)), (q,), (w,))
+    torch.testing.assert_close(tangent.reshape(6), jacobian @ w.reshape(6), rtol=1e-15, atol=1e-15)
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
 def test_bernoulli_probs_infinities_are_rejected(value):
     probs = torch.tensor([0.5, value])

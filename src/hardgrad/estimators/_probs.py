@@ -239,6 +239,19 @@ def _probs_map(ctx: Any, vector: Tensor, apply: Any) -> Tensor:
     """:func:`_vjp` or :func:`_jvp` of ``vector`` from what ``ctx`` saved."""
     probs, gumbel, exponentials, sample = ctx.saved_tensors
     binary, dim = ctx.binary, ctx.dim
+    averaged = ctx.kind == "gumbel_rao"
+    if ctx.kind == "st" and ctx.tau == 1 and not binary:
+        # softmax(log q) = q / sum q and r = s / q = 1 / sum q: the same term without a
+        # logarithm, a logsumexp and two exponentials (Bernoulli units take the identity)
+        q = opmath(probs)
+        total = q.sum(dim, keepdim=True)
+        return apply(
+            [(1.0, q / total, total.reciprocal().expand_as(q), 1.0)],
+            opmath(vector),
+            dim,
+            binary,
+            averaged,
+        )
     log_q = log_probs(probs, binary)
     if binary:
         dim = -1
@@ -246,7 +259,6 @@ def _probs_map(ctx: Any, vector: Tensor, apply: Any) -> Tensor:
             on = sample.to(log_q.dtype)
             sample = torch.stack((1 - on, on), -1)
     terms = _terms(ctx.kind, log_q, gumbel, exponentials, sample, dim, ctx.tau, ctx.gap, ctx.floor)
-    averaged = ctx.kind == "gumbel_rao"
     return apply(terms, opmath(vector), dim, binary, averaged)
 
 
