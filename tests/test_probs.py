@@ -390,6 +390,33 @@ def test_categorical_st_at_tau_one_normalises_unnormalised_probs(validation_off)
     torch.testing.assert_close(tangent.reshape(6), jacobian @ w.reshape(6), rtol=1e-15, atol=1e-15)
 
 
+@pytest.mark.parametrize(
+    ("p_dtype", "u_dtype"),
+    [
+        (torch.float64, torch.float64),
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float32),
+    ],
+)
+def test_disarm_probs_weight_equals_the_where_form_bit_for_bit(p_dtype, u_dtype):
+    """DisARM's probability-space weight multiplies by the disagreement mask (no
+    torch.where); it must equal where(d, (1/2)(1 - 2 b~) / min(p, 1 - p), 0) bit for bit,
+    signed zeros included, with probabilities 0 and 1 among them."""
+    gen = _seed(8)
+    p = torch.rand(4096, generator=gen, dtype=torch.float64).to(p_dtype)
+    p[:5] = torch.tensor([0.0, 1.0, 0.5, 1e-30, 1 - 2**-20], dtype=torch.float64).to(p_dtype)
+    u = torch.rand(4096, generator=gen, dtype=torch.float64).to(u_dtype)
+    disarm = hg.estimators.get("disarm")
+    first, second = disarm.pair_probs(p, u)
+    got = disarm.weight_probs(p, u, first, second)
+    disagree = first != second
+    smaller = torch.where(disagree, torch.minimum(p, 1 - p), 1)
+    expected = torch.where(disagree, 0.5 * (1 - 2 * second) / smaller, 0)
+    assert got.dtype == expected.dtype
+    assert torch.equal(got, expected) and torch.equal(got.signbit(), expected.signbit())
+    assert disagree.any() and not disagree.all()
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
 def test_bernoulli_probs_infinities_are_rejected(value):
     probs = torch.tensor([0.5, value])

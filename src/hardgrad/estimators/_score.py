@@ -471,9 +471,12 @@ class DisARM(_Antithetic):
 
     def weight_probs(self, p: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
         # sigma(|theta|) / (p (1 - p)) = 1 / min(p, 1 - p); a pair never disagrees at 0 or 1.
-        disagree = first != second
-        smaller = torch.where(disagree, torch.minimum(p, 1 - p), 1)
-        return torch.where(disagree, 0.5 * (1 - 2 * second) / smaller, 0)
+        # The 0/1 mask multiplies, and moves the divisor off 0 where it is unset (CPU
+        # torch.where branches per element, and whether a pair disagrees is a coin flip
+        # near p = 1/2); + 0.0 turns the unset entries' -0 into 0. The same values.
+        disagree = (first != second).to(second.dtype)
+        smaller = torch.minimum(p, 1 - p) + (1 - disagree)
+        return 0.5 * (1 - 2 * second) * disagree / smaller + 0.0
 
 
 @ESTIMATORS.register("exact")
