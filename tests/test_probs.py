@@ -417,6 +417,46 @@ def test_disarm_probs_weight_equals_the_where_form_bit_for_bit(p_dtype, u_dtype)
     assert disagree.any() and not disagree.all()
 
 
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("name", ["st", "st_gumbel", "gumbel_softmax", "gst"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_bernoulli_one_term_factor_equals_the_two_class_terms(
+    name, tau, dtype, monkeypatch, validation_off
+):
+    """The Bernoulli backward of the one-term kinds is sigma'(d/tau) / (tau p (1 - p))
+    elementwise, with the two-class terms' limits where p (1 - p) is not normal (0, 1,
+    subnormal); against the terms everywhere (the path with the fast form switched off),
+    on the same draw, end points and extreme probabilities included, eager and torch.func."""
+    from hardgrad.estimators import _probs
+
+    gen = _seed(9)
+    p = torch.rand(2000, generator=gen, dtype=torch.float64)
+    tiny = torch.finfo(dtype).tiny
+    p[:8] = torch.tensor([0.0, 1.0, tiny / 4, 1e-30, 0.5, 1 - 2**-20, 2e-7, 1.0])
+    p = p.to(dtype)
+    w = torch.randn(2000, generator=gen, dtype=torch.float64).to(dtype)
+    estimator = _estimator(name, tau)
+
+    def gradient() -> torch.Tensor:
+        leaf = p.clone().requires_grad_()
+        (hg.bernoulli(probs=leaf, estimator=estimator, generator=_seed(2)) * w).sum().backward()
+        return leaf.grad
+
+    def func_gradient() -> torch.Tensor:
+        draw = lambda v: hg.bernoulli(probs=v, estimator=estimator, generator=_seed(2))  # noqa: E731
+        return torch.func.grad(lambda v: (draw(v) * w).sum())(p)
+
+    # (validation off: tau = 2 at 0 and 1 takes the documented floor instead of raising)
+    fast, fast_func = gradient(), func_gradient()
+    monkeypatch.setattr(_probs, "_ONE_TERM_BINARY", ())
+    terms = gradient()
+    assert torch.equal(fast, fast_func)
+    finite = torch.isfinite(terms)
+    assert torch.equal(finite, torch.isfinite(fast))
+    rtol = 1e-12 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(fast[finite], terms[finite], rtol=rtol, atol=0)
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
 def test_bernoulli_probs_infinities_are_rejected(value):
     probs = torch.tensor([0.5, value])
