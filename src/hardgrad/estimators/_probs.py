@@ -260,7 +260,7 @@ def _binary_perturbed_log_odds(
 
 def _binary_factor(ctx: Any, probs: Tensor, gumbel: Tensor, sample: Tensor) -> Tensor:
     r"""The factor :math:`F` of :math:`\partial L/\partial p = F\,\bar y` for a one-term
-    Bernoulli kind, in plain eager mode.
+    Bernoulli kind (its VJP and its JVP: the map is diagonal).
 
     With :math:`s = \operatorname{softmax}((\ell + \delta)/\tau)` over the two classes,
     :math:`r_1 s_0 + r_0 s_1 = s_0 s_1 (1/q_1 + 1/q_0) = s_0 s_1 / (p (1 - p))`, so
@@ -270,7 +270,8 @@ def _binary_factor(ctx: Any, probs: Tensor, gumbel: Tensor, sample: Tensor) -> T
     two exponentials (2-3x the time). Where :math:`p (1 - p)` or the slope is not a
     normal number (:math:`p` = 0 or 1, a subnormal :math:`p`, or a slope that would
     underflow before the division) the terms, computed in log space, give the value (the
-    limit at 0 and 1), for those entries only.
+    limit at 0 and 1): in eager mode for those entries only, under ``torch.compile`` and
+    ``torch.func`` (no data-dependent branch) everywhere, then selected; the same values.
     """
     tau = ctx.tau
     q = opmath(probs)

@@ -65,7 +65,7 @@ def _times(t: Tensor, factor: Tensor | float, numbers: bool) -> Tensor:
 
 
 def _minus(t: Tensor, value: Tensor | float, numbers: bool) -> Tensor:
-    """``t - value``."""
+    """``t - value``, a number as a cached 0-d tensor where :func:`_numbers_as_tensors`."""
     if numbers and not isinstance(value, Tensor):
         return torch.sub(t, constant(value, t))
     return t - value
