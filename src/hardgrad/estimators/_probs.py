@@ -278,11 +278,11 @@ def _binary_factor(ctx: Any, probs: Tensor, gumbel: Tensor, sample: Tensor) -> T
     variance = q * (1 - q)
     d = _binary_perturbed_log_odds(ctx.kind, probs, gumbel, sample, ctx.gap)
     s = torch.sigmoid(d.abs().mul_(-1.0 / tau))
-    factor = (s * (1 - s)).div_(variance.mul_(tau))
     # Where p (1 - p) or sigma'(d / tau) is not a normal number (an end point, a subnormal
     # probability, or a slope that underflows where the factor itself does not), the terms.
     tiny = torch.finfo(variance.dtype).tiny
-    edge = ~((variance >= tiny * tau) & (s >= tiny))
+    edge = ~((variance >= tiny) & (s >= tiny))
+    factor = (s * (1 - s)).div_(variance.mul_(tau))
     if not eager_plain(probs):  # no data-dependent branch: the terms everywhere, then chosen
         return torch.where(edge, _terms_factor(ctx, probs, gumbel, sample), factor)
     if bool(edge.any()):  # the terms are elementwise: the same values on a subset
