@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+import hardgrad as hg
 from hardgrad.ops._autograd import IdentityGradient, MaskedGradient, apply_function
 
 
@@ -82,3 +83,30 @@ def test_transforms_go_through_function_apply(transform):
         result = torch.func.vmap(lambda t: apply_function(_Counting, t, 3.0))(x.reshape(2, 1))
         assert torch.equal(result, torch.tensor([[0.0], [6.0]]))
     assert _Counting.bound >= 1  # (functorch re-enters apply at its inner level)
+
+
+def _st_loss(op: Any) -> Any:
+    return lambda t: (op(t) * t).sum()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [hg.round, hg.sign, lambda t: hg.clamp(t, -0.5, 0.5), lambda t: hg.quantize(t, 0.25, quant_min=-4, quant_max=3)],
+    ids=["round", "sign", "clamp", "quantize"],
+)
+def test_compiled_transforms_keep_the_custom_rules(op):
+    """``torch.compile`` of a ``torch.func`` transform: torch 2.13's Dynamo drops a custom
+    Function's backward and jvp there (pytorch/pytorch#193279); hardgrad's ops break the
+    graph instead, so the compiled result equals the eager one (which a hard op's own zero
+    derivative would not: round's would give ``round(t)`` alone)."""
+    torch._dynamo.reset()
+    x = torch.linspace(-1.3, 1.7, 7)
+    eager = torch.func.grad(_st_loss(op))(x)
+    compiled = torch.compile(torch.func.grad(_st_loss(op)))(x)
+    assert torch.equal(compiled, eager)
+    assert not torch.equal(eager, op(x))  # the custom rule matters here
+    ones = torch.ones_like(x)
+    _, tangent = torch.compile(lambda t: torch.func.jvp(op, (t,), (ones,)))(x)
+    assert torch.equal(tangent, torch.func.jvp(op, (x,), (ones,))[1])
+    rows = torch.compile(torch.func.vmap(op))(x.reshape(7, 1))
+    assert torch.equal(rows, op(x).reshape(7, 1))

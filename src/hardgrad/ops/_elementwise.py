@@ -34,7 +34,8 @@ SurrogateLike = str | _surrogates.Surrogate
 
 
 def _apply(x: Tensor, hard: HardFn, surrogate: SurrogateLike, *, family: str, op: str) -> Tensor:
-    check_floating(x, "x")
+    if not (isinstance(x, Tensor) and x.is_floating_point()):
+        check_floating(x, "x")  # raises the TypeError naming `x`
     chosen = _surrogates.resolve(surrogate, family=family, op=op)
     return apply_surrogate(x, hard, chosen)
 
