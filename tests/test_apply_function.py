@@ -91,7 +91,12 @@ def _st_loss(op: Any) -> Any:
 
 @pytest.mark.parametrize(
     "op",
-    [hg.round, hg.sign, lambda t: hg.clamp(t, -0.5, 0.5), lambda t: hg.quantize(t, 0.25, quant_min=-4, quant_max=3)],
+    [
+        hg.round,
+        hg.sign,
+        lambda t: hg.clamp(t, -0.5, 0.5),
+        lambda t: hg.quantize(t, 0.25, quant_min=-4, quant_max=3),
+    ],
     ids=["round", "sign", "clamp", "quantize"],
 )
 def test_compiled_transforms_keep_the_custom_rules(op):

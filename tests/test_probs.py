@@ -418,14 +418,18 @@ def test_disarm_probs_weight_equals_the_where_form_bit_for_bit(p_dtype, u_dtype)
 
 
 @pytest.mark.parametrize("tau", [0.5, 1.0, 2.0])
-@pytest.mark.parametrize("name", ["st", "st_gumbel", "gumbel_softmax", "gst"])
+@pytest.mark.parametrize(
+    "name", ["st", "st_gumbel", "gumbel_softmax", "gst", "reinmax", "gumbel_rao"]
+)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_bernoulli_one_term_factor_equals_the_two_class_terms(
+def test_bernoulli_direct_factor_equals_the_two_class_terms(
     name, tau, dtype, monkeypatch, validation_off
 ):
-    """The Bernoulli backward of the one-term kinds is sigma'(d/tau) / (tau p (1 - p))
-    elementwise, with the two-class terms' limits where p (1 - p) is not normal (0, 1,
-    subnormal); against the terms everywhere (the path with the fast form switched off),
+    """The Bernoulli backward in closed form (sigma'(d/tau) / (tau p (1 - p)) for the
+    one-term kinds, t (2 - t) / (2 p (1 - p)) - 1/2 for ReinMax, the mean of the one-term
+    form over the conditional draws for Gumbel-Rao) elementwise, with the two-class terms'
+    limits where p (1 - p) is not normal (0, 1, subnormal); against the terms everywhere
+    (the path with the closed forms switched off),
     on the same draw, end points and extreme probabilities included, eager and torch.func."""
     from hardgrad.estimators import _probs
 
@@ -448,13 +452,50 @@ def test_bernoulli_one_term_factor_equals_the_two_class_terms(
 
     # (validation off: tau = 2 at 0 and 1 takes the documented floor instead of raising)
     fast, fast_func = gradient(), func_gradient()
-    monkeypatch.setattr(_probs, "_ONE_TERM_BINARY", ())
+    monkeypatch.setattr(_probs, "_DIRECT_BINARY", ())
     terms = gradient()
     assert torch.equal(fast, fast_func)
     finite = torch.isfinite(terms)
     assert torch.equal(finite, torch.isfinite(fast))
     rtol = 1e-12 if dtype == torch.float64 else 2e-5
-    torch.testing.assert_close(fast[finite], terms[finite], rtol=rtol, atol=0)
+    # ReinMax's factor is a difference, t (2 - t) / (2 p (1 - p)) - 1/2, in both forms: each
+    # is accurate relative to |F| + 1/2, the size of the parts, not to |F| where they cancel
+    # (the closed form is the closer to a 50-digit reference; see the test below).
+    atol = rtol / 2 if name == "reinmax" else 0
+    torch.testing.assert_close(fast[finite], terms[finite], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_bernoulli_reinmax_factor_against_a_50_digit_reference(tau, dtype):
+    """d b / d p of ReinMax in probability space against mpmath at 50 digits of the formula
+    2 J(pi_1) - J(pi_0) / 2 for two classes, t (2 - t) / (2 p (1 - p)) - 1/2 with t the
+    temperature softmax of the class not drawn: within a few units of the rounding of its
+    parts (|F| + 1/2), plus the conditioning of t through the log-odds away from tau = 1
+    (t = sigma(-+l / tau) carries l's absolute rounding, eps |l|, times 1/tau), at every
+    probability, extreme ones included."""
+    mpmath = pytest.importorskip("mpmath")
+    gen = _seed(11)
+    p = torch.rand(300, generator=gen, dtype=torch.float64)
+    p[:6] = torch.tensor([1e-30, 1e-7, 0.5, 1 - 2**-20, 1 - 2**-24, 1e-300])
+    p = p.to(dtype).clamp(torch.finfo(dtype).tiny, 1 - 2**-24)  # inside (0, 1) in float32
+    leaf = p.clone().requires_grad_()
+    estimator = hg.estimators.ReinMax(tau=tau)
+    b = hg.bernoulli(probs=leaf, estimator=estimator, generator=_seed(3))
+    b.sum().backward()
+    with mpmath.workdps(50):
+        expected, conditioning = [], []
+        for pi, bi in zip(p.tolist(), b.tolist(), strict=True):
+            q = mpmath.mpf(pi)
+            odds = mpmath.log(q) - mpmath.log1p(-q)
+            t = 1 / (1 + mpmath.exp((1 if bi == 0 else -1) * -odds / tau))
+            expected.append(float(t * (2 - t) / (2 * q * (1 - q)) - mpmath.mpf(1) / 2))
+            conditioning.append(0.0 if tau == 1 else float(abs(odds)) / tau)
+    reference = torch.tensor(expected, dtype=torch.float64)
+    scale = reference.abs() + 0.5
+    error = (leaf.grad.double() - reference).abs() / scale
+    bound = (8 + torch.tensor(conditioning, dtype=torch.float64)) * torch.finfo(dtype).eps
+    assert (error <= bound).all(), (error / bound).max()
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf])

@@ -32,6 +32,7 @@ chain rule through :math:`\log q` is the chain rule through the normalisation).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -238,6 +239,10 @@ class _ProbsSample(torch.autograd.Function):
 #: Bernoulli kinds whose backward is one softmax term (see :func:`_binary_factor`).
 _ONE_TERM_BINARY = ("st", "st_gumbel", "gumbel_softmax", "gst")
 
+#: Bernoulli kinds whose backward :func:`_binary_factor` computes elementwise in closed form
+#: (the rest, and the end points of these, from the two-class terms).
+_DIRECT_BINARY = (*_ONE_TERM_BINARY, "reinmax", "gumbel_rao")
+
 
 def _binary_perturbed_log_odds(
     kind: str, probs: Tensor, gumbel: Tensor, sample: Tensor, gap: float
@@ -258,48 +263,108 @@ def _binary_perturbed_log_odds(
     return odds
 
 
-def _binary_factor(ctx: Any, probs: Tensor, gumbel: Tensor, sample: Tensor) -> Tensor:
-    r"""The factor :math:`F` of :math:`\partial L/\partial p = F\,\bar y` for a one-term
-    Bernoulli kind (its VJP and its JVP: the map is diagonal).
+def _slope(d: Tensor, tau: float) -> Tensor:
+    r""":math:`\sigma'(d/\tau) = a (1 - a)` with :math:`a = \sigma(-|d|/\tau)` (no
+    cancellation)."""
+    a = torch.sigmoid(d.abs().mul_(-1.0 / tau))
+    return a * (1 - a)
 
-    With :math:`s = \operatorname{softmax}((\ell + \delta)/\tau)` over the two classes,
-    :math:`r_1 s_0 + r_0 s_1 = s_0 s_1 (1/q_1 + 1/q_0) = s_0 s_1 / (p (1 - p))`, so
-    :math:`F = \sigma'(d/\tau) / (\tau p (1 - p))` for the perturbed log-odds :math:`d`
-    (:func:`_binary_perturbed_log_odds`), with :math:`\sigma'` at :math:`-|d|/\tau` (no
-    cancellation): elementwise, where the two-class terms stack, take a logsumexp and
-    two exponentials (2-3x the time). Where :math:`p (1 - p)` or the slope is not a
-    normal number (:math:`p` = 0 or 1, a subnormal :math:`p`, or a slope that would
-    underflow before the division) the terms, computed in log space, give the value (the
-    limit at 0 and 1): in eager mode for those entries only, under ``torch.compile`` and
-    ``torch.func`` (no data-dependent branch) everywhere, then selected; the same values.
+
+def _binary_numerator(
+    ctx: Any, q: Tensor, probs: Tensor, gumbel: Tensor, exponentials: Tensor | None, sample: Tensor
+) -> tuple[Tensor, float, float]:
+    r"""``(numerator, over, offset)``: the factor is ``numerator / (over p (1 - p)) +
+    offset``; an entry whose numerator is not a normal number goes to the terms.
+
+    * one-term kinds: :math:`\sigma'(d/\tau)`, over :math:`\tau`
+      (:func:`_binary_perturbed_log_odds`);
+    * ReinMax, :math:`2 J(\pi_1) - \tfrac12 J(\pi_0)` with :math:`\pi_1 = (s + D)/2`,
+      :math:`s = \operatorname{softmax}(\ell/\tau)`, :math:`\pi_0 = q`: the second term is
+      :math:`-\tfrac12` (the softmax Jacobian of :math:`\log q` over :math:`1/(p(1-p))`),
+      the first :math:`t (2 - t) / 2` for :math:`t = s_{1-b}`, the temperature softmax of
+      the class not drawn (:math:`q_{1-b}` itself at :math:`\tau = 1`);
+    * Gumbel-Rao: the mean over the :math:`k` conditional draws of
+      :math:`\sigma'(d_j/\tau)`, over :math:`\tau`, where given the drawn class :math:`D = b` and its
+      exponentials :math:`E`, :math:`|d_j| = \log(1 + E_{\bar D} / (E_D\, q_{\bar D}))`
+      (the conditional Gumbels of the two classes; :math:`\bar D` the other class).
     """
     tau = ctx.tau
+    on = sample.to(q.dtype)
+    if ctx.kind == "reinmax":
+        if tau == 1:
+            t = q + on * (1 - 2 * q)  # q of the other class: 1 - p where b = 1, p where b = 0
+        else:
+            t = torch.sigmoid(binary_log_odds(probs).mul_((1 - 2 * on) / tau))
+        return t * (2 - t) / 2, 1.0, -0.5
+    if ctx.kind == "gumbel_rao":
+        assert exponentials is not None
+        e = exponentials.to(q.dtype)
+        e0, e1 = e[..., 0], e[..., 1]
+        drawn = on.bool()
+        chosen, other = torch.where(drawn, e1, e0), torch.where(drawn, e0, e1)
+        q_other = q + on * (1 - 2 * q)
+        slope = _slope(torch.log1p(other / (chosen * q_other)), tau)
+        return slope.mean(0), tau, 0.0
+    d = _binary_perturbed_log_odds(ctx.kind, probs, gumbel, sample, ctx.gap)
+    return _slope(d, tau), tau, 0.0
+
+
+def _binary_factor(
+    ctx: Any, probs: Tensor, gumbel: Tensor, exponentials: Tensor | None, sample: Tensor
+) -> Tensor:
+    r"""The factor :math:`F` of :math:`\partial L/\partial p = F\,\bar y` for a Bernoulli kind
+    of :data:`_DIRECT_BINARY` (its VJP and its JVP: the map is diagonal).
+
+    With :math:`s = \operatorname{softmax}((\ell + \delta)/\tau)` over the two classes,
+    :math:`r_1 s_0 + r_0 s_1 = s_0 s_1 (1/q_1 + 1/q_0) = s_0 s_1 / (p (1 - p))`, so a
+    one-term kind has :math:`F = \sigma'(d/\tau) / (\tau p (1 - p))` for the perturbed
+    log-odds :math:`d`, with :math:`\sigma'` at :math:`-|d|/\tau` (no cancellation);
+    ReinMax and Gumbel-Rao are sums and means of such terms (:func:`_binary_numerator`).
+    Elementwise, where the two-class terms stack, take a logsumexp and two exponentials
+    (2-8x the time). Where :math:`p (1 - p)` or the slope is not a normal number (:math:`p`
+    = 0 or 1, a subnormal :math:`p`, or a slope that would underflow before the division)
+    the terms, computed in log space, give the value (the limit at 0 and 1): in eager mode
+    for those entries only, under ``torch.compile`` and ``torch.func`` (no data-dependent
+    branch) everywhere, then selected; the same values.
+    """
     q = opmath(probs)
     variance = q * (1 - q)
-    d = _binary_perturbed_log_odds(ctx.kind, probs, gumbel, sample, ctx.gap)
-    s = torch.sigmoid(d.abs().mul_(-1.0 / tau))
-    # Where p (1 - p) or sigma'(d / tau) is not a normal number (an end point, a subnormal
-    # probability, or a slope that underflows where the factor itself does not), the terms.
+    numerator, over, offset = _binary_numerator(ctx, q, probs, gumbel, exponentials, sample)
     tiny = torch.finfo(variance.dtype).tiny
-    edge = ~((variance >= tiny) & (s >= tiny))
-    factor = (s * (1 - s)).div_(variance.mul_(tau))
+    edge = ~((variance >= tiny) & (numerator >= tiny))
+    factor = numerator.div_(variance.mul_(over) if over != 1 else variance)
+    if offset:
+        factor = factor.add_(offset)
     if not eager_plain(probs):  # no data-dependent branch: the terms everywhere, then chosen
-        return torch.where(edge, _terms_factor(ctx, probs, gumbel, sample), factor)
+        limit = _terms_factor(ctx, probs, gumbel, exponentials, sample)
+        return torch.where(edge, limit, factor)
     if bool(edge.any()):  # the terms are elementwise: the same values on a subset
         index = edge.nonzero(as_tuple=True)
-        limit = _terms_factor(ctx, probs[index], gumbel[index], sample[index])
+        drawn = None if exponentials is None else exponentials[(slice(None), *index)]
+        limit = _terms_factor(ctx, probs[index], gumbel[index], drawn, sample[index])
         factor = factor.index_put(index, limit)
     return factor
 
 
-def _terms_factor(ctx: Any, probs: Tensor, gumbel: Tensor, sample: Tensor) -> Tensor:
+def _terms_factor(
+    ctx: Any, probs: Tensor, gumbel: Tensor, exponentials: Tensor | None, sample: Tensor
+) -> Tensor:
     """:func:`_binary_factor` from the two-class terms, as :func:`_vjp` computes them."""
     on = sample.to(opmath(probs).dtype)
     two_class = torch.stack((1 - on, on), -1)
     log_q = log_probs(probs, True)
-    terms = _terms(ctx.kind, log_q, gumbel, None, two_class, -1, ctx.tau, ctx.gap, ctx.floor)
-    ((coefficient, s, r, tau),) = terms
-    return (r[..., 1] * s[..., 0] + r[..., 0] * s[..., 1]) * (coefficient / tau)
+    kind = ctx.kind
+    terms = _terms(kind, log_q, gumbel, exponentials, two_class, -1, ctx.tau, ctx.gap, ctx.floor)
+    total: Tensor | None = None
+    for coefficient, s, r, tau in terms:
+        part = (r[..., 1] * s[..., 0] + r[..., 0] * s[..., 1]) * (coefficient / tau)
+        if kind == "gumbel_rao":
+            # The mean over the draws, added in order: the same bits for a subset of the
+            # entries as for all of them (a reduction's order depends on the shape).
+            part = functools.reduce(torch.add, part.unbind(0)) / part.shape[0]
+        total = part if total is None else total + part
+    assert total is not None
+    return total
 
 
 def _probs_map(ctx: Any, vector: Tensor, apply: Any) -> Tensor:
@@ -319,8 +384,8 @@ def _probs_map(ctx: Any, vector: Tensor, apply: Any) -> Tensor:
             binary,
             averaged,
         )
-    if binary and ctx.kind in _ONE_TERM_BINARY:
-        return _binary_factor(ctx, probs, gumbel, sample) * opmath(vector)
+    if binary and ctx.kind in _DIRECT_BINARY:
+        return _binary_factor(ctx, probs, gumbel, exponentials, sample) * opmath(vector)
     log_q = log_probs(probs, binary)
     if binary:
         dim = -1
