@@ -96,12 +96,15 @@ def check_probs(
     # and whether a probability is exactly 0 (or 1); the masks are built only for the
     # error message. One reduction and one synchronisation: 8 against 53 µs on 64 x 256.
     low, high = torch.aminmax(q)
-    stats = [low.to(torch.float64), high.to(torch.float64)]
     tolerance = _simplex_tolerance(probs.dtype)
+    stats = [low, high]
     if categorical:
         deviation = (q.to(torch.float64).sum(dim) - 1).abs()
         stats.append(deviation.max())
-    values = torch.stack(stats).tolist()
+    if q.device.type == "cpu":  # no synchronisation to save: 0-d reads (8.7 -> 4.8 µs)
+        values = [stat.item() for stat in stats]
+    else:  # one synchronisation for all of them
+        values = torch.stack([stat.to(torch.float64) for stat in stats]).tolist()
     in_range = values[0] >= 0 and (categorical or values[1] <= 1)
     if not in_range:
         bad = ~((q >= 0) & (q <= 1)) if not categorical else ~(q >= 0)  # NaN included
