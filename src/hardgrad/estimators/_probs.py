@@ -299,12 +299,14 @@ def _binary_numerator(
     if ctx.kind == "gumbel_rao":
         assert exponentials is not None
         e = exponentials.to(q.dtype)
-        e0, e1 = e[..., 0], e[..., 1]
-        drawn = on.bool()
-        chosen, other = torch.where(drawn, e1, e0), torch.where(drawn, e0, e1)
+        # log(E_other / E_drawn) = -+log(E_1 / E_0): a sign, not a select (torch.where on a
+        # random mask is a per-element branch on CPU, 2 ns an element)
+        log_ratio = torch.log(e[..., 1] / e[..., 0]).mul_(1 - 2 * on)
         q_other = q + on * (1 - 2 * q)
-        slope = _slope(torch.log1p(other / (chosen * q_other)), tau)
-        return slope.mean(0), tau, 0.0
+        # |d| = log(1 + exp(log_ratio - log q_other)); softplus's linear branch only where
+        # exp(-40) is below the rounding of float64
+        d = torch.nn.functional.softplus(log_ratio.sub_(torch.log(q_other)), threshold=40.0)
+        return _slope(d, tau).mean(0), tau, 0.0
     d = _binary_perturbed_log_odds(ctx.kind, probs, gumbel, sample, ctx.gap)
     return _slope(d, tau), tau, 0.0
 
