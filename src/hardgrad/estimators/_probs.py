@@ -342,7 +342,7 @@ def _binary_factor(
         return torch.where(edge, limit, factor)
     if bool(edge.any()):  # the terms are elementwise: the same values on a subset
         index = edge.nonzero(as_tuple=True)
-        drawn = None if exponentials is None else exponentials[(slice(None), *index)]
+        drawn = None if exponentials is None else exponentials[(slice(None),) + index]
         limit = _terms_factor(ctx, probs[index], gumbel[index], drawn, sample[index])
         factor = factor.index_put(index, limit)
     return factor
