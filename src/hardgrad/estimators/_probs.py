@@ -280,8 +280,8 @@ def _binary_numerator(
       (:func:`_binary_perturbed_log_odds`);
     * ReinMax, :math:`2 J(\pi_1) - \tfrac12 J(\pi_0)` with :math:`\pi_1 = (s + D)/2`,
       :math:`s = \operatorname{softmax}(\ell/\tau)`, :math:`\pi_0 = q`: the second term is
-      :math:`-\tfrac12` (the softmax Jacobian of :math:`\log q` over :math:`1/(p(1-p))`),
-      the first :math:`t (2 - t) / 2` for :math:`t = s_{1-b}`, the temperature softmax of
+      :math:`-\tfrac12` (:math:`J(q)`'s factor :math:`q_0 q_1` cancels the chain rule's
+      :math:`1/(p(1-p))`), the first :math:`t (2 - t) / 2` for :math:`t = s_{1-b}`, the temperature softmax of
       the class not drawn (:math:`q_{1-b}` itself at :math:`\tau = 1`);
     * Gumbel-Rao: the mean over the :math:`k` conditional draws of
       :math:`\sigma'(d_j/\tau)`, over :math:`\tau`, where given the drawn class :math:`D = b` and its
@@ -323,8 +323,9 @@ def _binary_factor(
     log-odds :math:`d`, with :math:`\sigma'` at :math:`-|d|/\tau` (no cancellation);
     ReinMax and Gumbel-Rao are sums and means of such terms (:func:`_binary_numerator`).
     Elementwise, where the two-class terms stack, take a logsumexp and two exponentials
-    (2-8x the time). Where :math:`p (1 - p)` or the slope is not a normal number (:math:`p`
-    = 0 or 1, a subnormal :math:`p`, or a slope that would underflow before the division)
+    (2-8x the time). Where :math:`p (1 - p)` or the numerator is not a normal number
+    (:math:`p` = 0 or 1, a subnormal :math:`p`, or a slope that would underflow before the
+    division)
     the terms, computed in log space, give the value (the limit at 0 and 1): in eager mode
     for those entries only, under ``torch.compile`` and ``torch.func`` (no data-dependent
     branch) everywhere, then selected; the same values.
@@ -342,7 +343,8 @@ def _binary_factor(
         return torch.where(edge, limit, factor)
     if bool(edge.any()):  # the terms are elementwise: the same values on a subset
         index = edge.nonzero(as_tuple=True)
-        drawn = None if exponentials is None else exponentials[(slice(None),) + index]
+        # (k, *shape, 2) -> the k draws of those entries, (k, entries, 2)
+        drawn = None if exponentials is None else exponentials.movedim(0, -1)[index].movedim(-1, 0)
         limit = _terms_factor(ctx, probs[index], gumbel[index], drawn, sample[index])
         factor = factor.index_put(index, limit)
     return factor
