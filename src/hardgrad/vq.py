@@ -37,6 +37,7 @@ from ._validation import (
     value_checks_apply,
 )
 from .ops._autograd import apply_function, cached_signature, forward_mode
+from .ops._straight_through import value_with_identity_gradient
 from .stochastic import categorical
 
 __all__ = [
@@ -210,32 +211,54 @@ def _screened(rows: Tensor, codes: Tensor, distance: str) -> Tensor:
     limit = torch.add(smallest, screen_error, alpha=2.5).add_(nearest, alpha=2.5 * gamma)
     candidate = torch.le(screen, limit, out=screen)  # 0/1, in place of the screen
     count = candidate.sum(-1)
-    positions = torch.arange(codes.shape[0], dtype=rows.dtype, device=rows.device)
-    index = (candidate @ positions).to(torch.int64)  # exact where count is 1
+    index = (candidate @ _positions(codes.shape[0], rows)).to(torch.int64)  # exact at count 1
     unsure = (count != 1).nonzero().flatten()
     if unsure.numel():
         picked = _direct_among(
-            rows.index_select(0, unsure), codes, candidate.index_select(0, unsure), distance
+            rows.index_select(0, unsure),
+            codes,
+            candidate.index_select(0, unsure),
+            count.index_select(0, unsure),
+            distance,
         )
         index.index_copy_(0, unsure, picked)
     return index
 
 
-def _direct_among(rows: Tensor, codes: Tensor, candidate: Tensor, distance: str) -> Tensor:
+def _positions(k: int, like: Tensor) -> Tensor:
+    """``(0, 1, ..., k - 1)`` in ``like``'s dtype and device, made once per key (read only)."""
+    key = (k, like.dtype, like.device)
+    found = _POSITIONS.get(key)
+    if found is None:
+        with torch.inference_mode(False):
+            found = torch.arange(k, dtype=like.dtype, device=like.device)
+        if len(_POSITIONS) >= 64:
+            _POSITIONS.clear()
+        _POSITIONS[key] = found
+    return found
+
+
+_POSITIONS: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+
+def _direct_among(
+    rows: Tensor, codes: Tensor, candidate: Tensor, count: Tensor, distance: str
+) -> Tensor:
     """The index of the smallest direct distance among each row's candidate codes (0/1
-    mask), the lowest of equals; every code for a row without candidates (NaN)."""
-    candidate[candidate.sum(-1) == 0] = 1
+    mask, ``count`` of them), the lowest of equals; every code for a row without
+    candidates (NaN)."""
+    if bool((count == 0).any()):  # (eager only: the screened path is)
+        candidate = candidate + (count == 0).unsqueeze(-1)  # 0/1 + bool: 1 everywhere there
     row_index, code_index = candidate.nonzero(as_tuple=True)
     direct = _pairwise_at(
         rows.index_select(0, row_index), codes.index_select(0, code_index), distance
     )
+    # NaN counts as the smallest, as argmin has it: as -inf, which no distance is.
+    key = torch.nan_to_num(direct, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
     best = torch.full((rows.shape[0],), torch.inf, dtype=rows.dtype, device=rows.device)
-    best.scatter_reduce_(0, row_index, direct, "amin")
-    best = best.index_select(0, row_index)
-    # The lowest index among the smallest; where a row's best is NaN, the first NaN, as
-    # argmin gives it.
-    winner = (direct == best) | (direct.isnan() & best.isnan())
-    tagged = torch.where(winner, code_index, codes.shape[0])
+    best.scatter_reduce_(0, row_index, key, "amin")
+    # The lowest index among the smallest.
+    tagged = torch.where(key == best.index_select(0, row_index), code_index, codes.shape[0])
     index = torch.full((rows.shape[0],), codes.shape[0], dtype=torch.int64, device=rows.device)
     return index.scatter_reduce_(0, row_index, tagged, "amin")
 
@@ -255,9 +278,25 @@ def _expanded_distances(rows: Tensor, codes: Tensor, distance: str) -> Tensor:
     return 1 - unit @ _unit_rows(codes).T
 
 
+def code_last(z: Tensor, d: int) -> Tensor:
+    """``z.movedim(d, -1)``, or ``z`` itself when ``d`` is already last (a no-op
+    ``movedim`` still costs a permute and a view: 1.6 µs, ten of them per VQ-VAE step)."""
+    return z if d == z.dim() - 1 else z.movedim(d, -1)
+
+
+def code_back(z: Tensor, d: int) -> Tensor:
+    """The inverse of :func:`code_last`: the last dimension back to ``d``."""
+    return z if d == z.dim() - 1 else z.movedim(-1, d)
+
+
+def code_last_shape(z: Tensor, d: int) -> torch.Size:
+    """The shape of ``code_last(z, d)``, without making it."""
+    return torch.Size((*z.shape[:d], *z.shape[d + 1 :], z.shape[d]))
+
+
 def _flatten(z: Tensor, d: int) -> Tensor:
     """``z`` with the code dimension last, as (N, D)."""
-    return z.movedim(d, -1).reshape(-1, z.shape[d])
+    return code_last(z, d).reshape(-1, z.shape[d])
 
 
 def nearest_code(z: Tensor, codebook: Tensor, *, dim: int = -1, distance: str = "l2") -> Tensor:
@@ -562,13 +601,13 @@ def vector_quantize(
     check_all_finite(z, "z")
     check_all_finite(codebook, "codebook")
     frozen = codebook.detach()
-    moved_shape = z.movedim(d, -1).shape
+    moved_shape = code_last_shape(z, d)
     if isinstance(chosen, str):
         indices = _nearest(z, frozen, d, distance)
         # index_select, not frozen[indices]: the same rows, at a fifth of the cost
-        value = frozen.index_select(0, indices.reshape(-1)).reshape(moved_shape).movedim(-1, d)
+        value = code_back(frozen.index_select(0, indices.reshape(-1)).reshape(moved_shape), d)
         if chosen == "st":
-            return ops.straight_through(value)(z), indices
+            return value_with_identity_gradient(value, z), indices
         return rotation_gradient(z, value, dim=d), indices
     compute = _compute_dtype(z.dtype)
     rows = _flatten(z, d).to(compute)
@@ -579,7 +618,7 @@ def vector_quantize(
     value = frozen[indices]
     z_q = ops.straight_through(value)(soft)
     shape = z.shape[:d] + z.shape[d + 1 :]
-    return z_q.reshape(moved_shape).movedim(-1, d), indices.reshape(shape)
+    return code_back(z_q.reshape(moved_shape), d), indices.reshape(shape)
 
 
 # --------------------------------------------------------------------------- metrics

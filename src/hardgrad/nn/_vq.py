@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._checkpoint import SettingsInState
-from .._kernels import opmath_dtype
+from .._kernels import eager_plain, opmath_dtype
 from .._validation import check_floating, check_int, check_positive, check_real
 from ..estimators import Estimator
 
@@ -233,17 +233,20 @@ class VectorQuantize(SettingsInState, nn.Module):
             # F.embedding, not codebook[indices]: its backward is a dense scatter-add
             # (47 against 133 µs for 1,024 rows of 256 x 32 codes)
             rows = F.embedding(indices.reshape(-1), codebook)
-            rows = rows.reshape(z.movedim(d, -1).shape).movedim(-1, d)
+            rows = _vq.code_back(rows.reshape(_vq.code_last_shape(z, d)), d)
             loss = loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
-        self._update(z.detach().movedim(d, -1).reshape(-1, self.dim), indices.reshape(-1))
+        self._update(_vq.code_last(z.detach(), d).reshape(-1, self.dim), indices.reshape(-1))
         return z_q, indices, loss
 
     @torch.no_grad()
     def _update(self, rows: Tensor, indices: Tensor) -> None:
-        counts = torch.zeros(self.num_codes, device=rows.device, dtype=self.cluster_size.dtype)
-        counts.index_add_(
-            0, indices, torch.ones(indices.shape, device=rows.device, dtype=counts.dtype)
-        )
+        if eager_plain(indices):  # one kernel (integer counts, exact), then one conversion
+            counts = torch.bincount(indices, minlength=self.num_codes).to(self.cluster_size.dtype)
+        else:  # bincount's size is data-dependent for the compiler
+            counts = torch.zeros(self.num_codes, device=rows.device, dtype=self.cluster_size.dtype)
+            counts.index_add_(
+                0, indices, torch.ones(indices.shape, device=rows.device, dtype=counts.dtype)
+            )
         sums = None
         if self.training and self.codebook_update == "ema":
             sums = torch.zeros_like(self.embed_sum).index_add_(

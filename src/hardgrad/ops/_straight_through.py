@@ -92,6 +92,14 @@ class _ValueWithSurrogateJVP(_ValueWithSurrogate):
         return _ValueWithSurrogate._times_derivative(ctx, tangent)
 
 
+def value_with_identity_gradient(value: Tensor, x: Tensor) -> Tensor:
+    """``straight_through(value)(x)`` for callers that already hold ``value`` with ``x``'s
+    shape, dtype and device: the same op (a view of ``value``, the gradient to ``x``
+    unchanged), without re-checking them (3 µs of a VQ layer's call)."""
+    out: Tensor = apply_function(_ValueWithSurrogate, x, value, None, _surrogates.get("identity"))
+    return out
+
+
 class StraightThrough:
     """The callable that :func:`straight_through` returns: ``y(x)``."""
 
