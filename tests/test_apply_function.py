@@ -11,7 +11,13 @@ import pytest
 import torch
 
 import hardgrad as hg
-from hardgrad.ops._autograd import IdentityGradient, MaskedGradient, apply_function
+from hardgrad.ops._autograd import (
+    IdentityGradient,
+    MaskedGradient,
+    MaskedGradientJVP,
+    apply_function,
+    apply_masked,
+)
 
 
 def _round_and_mask(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,16 +55,20 @@ def test_eager_matches_function_apply_in_value_gradient_and_saved_state():
         (IdentityGradient, (torch.round,)),
         (MaskedGradient, (_round_and_mask,)),
     ):
-        fast = apply_function(function, x, *args)
-        slow = function.apply(x, *args)
-        fast_y, slow_y = (fast, slow) if function is IdentityGradient else (fast[0], slow[0])
+        fast_y = apply_function(function, x, *args)
+        slow_y = function.apply(x, *args)
         assert torch.equal(fast_y, slow_y)
         assert type(fast_y.grad_fn) is type(slow_y.grad_fn)
         (g_fast,) = torch.autograd.grad(fast_y, x, upstream)
         (g_slow,) = torch.autograd.grad(slow_y, x, upstream)
         assert torch.equal(g_fast, g_slow)
-    _, keep = apply_function(MaskedGradient, x, _round_and_mask)
-    assert not keep.requires_grad  # mark_non_differentiable ran (setup_context was called)
+    # The torch.func twin returns the mask too, non-differentiable (its setup_context ran),
+    # and apply_masked takes y from either form.
+    y, keep = MaskedGradientJVP.apply(x, _round_and_mask)
+    assert not keep.requires_grad and torch.equal(y, apply_masked(x, _round_and_mask))
+    (g_twin,) = torch.autograd.grad(y, x, upstream)
+    (g_plain,) = torch.autograd.grad(apply_masked(x, _round_and_mask), x, upstream)
+    assert torch.equal(g_twin, g_plain)
 
 
 def test_eager_path_skips_function_apply():

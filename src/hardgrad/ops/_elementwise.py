@@ -19,8 +19,8 @@ from .._kernels import cast, constant, eager_plain, storable_mask
 from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
 from ._autograd import (
     HardFn,
-    MaskedGradient,
     apply_function,
+    apply_masked,
     apply_surrogate,
     cached_signature,
     float_compare,
@@ -391,5 +391,4 @@ def clamp(
     hi = None if hi is None else fit_to(hi, x.dtype)
     if chosen.kind != "indicator":
         return apply_surrogate(x, functools.partial(torch.clamp, min=lo, max=hi), chosen)
-    y, _ = apply_function(MaskedGradient, x, functools.partial(_clamp_with_mask, min=lo, max=hi))
-    return y
+    return apply_masked(x, functools.partial(_clamp_with_mask, min=lo, max=hi))

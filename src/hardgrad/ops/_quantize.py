@@ -21,8 +21,8 @@ from .._validation import (
 )
 from ._autograd import (
     IdentityGradient,
-    MaskedGradient,
     apply_function,
+    apply_masked,
     cached_signature,
     forward_mode,
     masked,
@@ -495,7 +495,7 @@ def _apply_plan(x: Tensor, plan: tuple[bool, Any]) -> Tensor:
     if identity:
         out: Tensor = apply_function(IdentityGradient, x, forward)
         return out
-    y, _ = apply_function(MaskedGradient, x, forward)
+    y = apply_masked(x, forward)
     return y
 
 
