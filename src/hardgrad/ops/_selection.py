@@ -33,20 +33,16 @@ def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, flo
     return d, check_normal(check_positive(tau, "tau"), "tau", opmath_dtype(x.dtype))
 
 
-@cached_signature
 class _OneHotArgmax(torch.autograd.Function):
-    generate_vmap_rule = True
+    """Forward: the one-hot argmax; backward: the softmax VJP at the saved logits. Written
+    with ``ctx`` in ``forward`` (a Python call fewer per op); ``torch.func`` uses
+    :class:`_OneHotArgmaxJVP`."""
 
     @staticmethod
-    def forward(logits: Tensor, dim: int, tau: float) -> Tensor:
-        index = argmax(logits, dim)
-        return one_hot(logits, dim, index)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        logits, dim, tau = inputs
+    def forward(ctx: Any, logits: Tensor, dim: int, tau: float) -> Tensor:
         ctx.save_for_backward(logits)
         ctx.dim, ctx.tau = dim, tau
+        return one_hot(logits, dim, argmax(logits, dim))
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
@@ -57,10 +53,18 @@ class _OneHotArgmax(torch.autograd.Function):
 @forward_mode(_OneHotArgmax)
 @cached_signature
 class _OneHotArgmaxJVP(_OneHotArgmax):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, dim: int, tau: float) -> Tensor:  # type: ignore[override]
+        return one_hot(logits, dim, argmax(logits, dim))
+
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _OneHotArgmax.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(inputs[0])
+        logits, dim, tau = inputs
+        ctx.save_for_backward(logits)
+        ctx.dim, ctx.tau = dim, tau
+        ctx.save_for_forward(logits)
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, _dim: Any, _tau: Any) -> Tensor:

@@ -28,7 +28,6 @@ def _name(fn: object) -> str:
     return getattr(fn, "__name__", None) or repr(fn)
 
 
-@cached_signature
 class _ValueWithSurrogate(torch.autograd.Function):
     r"""Forward: ``value``, handed back as is; backward: :math:`\bar y\, s'(x)` to ``x`` only.
 
@@ -37,21 +36,20 @@ class _ValueWithSurrogate(torch.autograd.Function):
     afterwards raises autograd's "view created inside a custom Function" error instead of
     silently changing the other. What backward needs is saved as for the hard ops: nothing
     for the identity, the bool mask ``keep`` (computed by the caller) for an indicator
-    surrogate, ``x`` itself otherwise.
+    surrogate, ``x`` itself otherwise. Written with ``ctx`` in ``forward`` (a Python call
+    fewer per op); ``torch.func`` uses :class:`_ValueWithSurrogateJVP`.
     """
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(
-        x: Tensor, value: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate
+        ctx: Any, x: Tensor, value: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate
     ) -> Tensor:
+        _ValueWithSurrogate._save(ctx, x, keep, surrogate)
         # A view rather than ``value`` itself: ``value`` may be ``x``, which backward saves.
         return value.view_as(value)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        x, _, keep, surrogate = inputs
+    def _save(ctx: Any, x: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate) -> None:
         ctx.surrogate = surrogate
         if keep is not None:
             ctx.save_for_backward(keep)
@@ -77,10 +75,21 @@ class _ValueWithSurrogate(torch.autograd.Function):
 @forward_mode(_ValueWithSurrogate)
 @cached_signature
 class _ValueWithSurrogateJVP(_ValueWithSurrogate):
+    """:class:`_ValueWithSurrogate` in the ``setup_context`` form ``torch.func`` needs, with
+    its forward-mode rule."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        x: Tensor, value: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate
+    ) -> Tensor:
+        return value.view_as(value)
+
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _ValueWithSurrogate.setup_context(ctx, inputs, output)
         x, _, keep, surrogate = inputs
+        _ValueWithSurrogate._save(ctx, x, keep, surrogate)
         if keep is not None:
             ctx.save_for_forward(keep)
         elif surrogate.kind != "identity":
