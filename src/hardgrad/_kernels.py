@@ -4,11 +4,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from ._validation import _is_transformed
+
+T = TypeVar("T")
+
+
+def without_grad(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with autograd recording off, as under ``torch.no_grad()``, whose
+    context manager costs 1.0 µs a use against 0.2 µs for switching the grad mode
+    directly (under ``torch.compile`` it is ``torch.no_grad()`` itself)."""
+    if torch.compiler.is_compiling():
+        with torch.no_grad():
+            return fn(*args)
+    previous = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        return fn(*args)
+    finally:
+        torch._C._set_grad_enabled(previous)
 
 
 def eager_plain(x: Tensor) -> bool:

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from . import estimators as _estimators
 from . import ops
-from ._kernels import eager_plain
+from ._kernels import eager_plain, without_grad
 from ._validation import (
     check_all_finite,
     check_dim,
@@ -341,11 +341,12 @@ def nearest_code(z: Tensor, codebook: Tensor, *, dim: int = -1, distance: str = 
 
 def _nearest(z: Tensor, codebook: Tensor, d: int, distance: str) -> Tensor:
     shape = z.shape[:d] + z.shape[d + 1 :]
-    with torch.no_grad():
-        rows = _flatten(z.detach(), d)
-        if rows.shape[0] == 0:
-            return torch.zeros(shape, dtype=torch.int64, device=z.device)
-        return _nearest_rows(rows, codebook, distance).reshape(shape)
+    rows = _flatten(z.detach(), d)
+    if rows.shape[0] == 0:
+        return torch.zeros(shape, dtype=torch.int64, device=z.device)
+    # (the inputs are detached; no_grad keeps a codebook's graph out of the search too)
+    index: Tensor = without_grad(_nearest_rows, rows, codebook, distance)
+    return index.reshape(shape)
 
 
 # --------------------------------------------------------------------------- rotation trick

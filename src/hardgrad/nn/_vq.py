@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._checkpoint import SettingsInState
-from .._kernels import eager_plain, opmath_dtype
+from .._kernels import eager_plain, opmath_dtype, without_grad
 from .._validation import check_floating, check_int, check_positive, check_real
 from ..estimators import Estimator
 
@@ -235,11 +235,13 @@ class VectorQuantize(SettingsInState, nn.Module):
             rows = F.embedding(indices.reshape(-1), codebook)
             rows = _vq.code_back(rows.reshape(_vq.code_last_shape(z, d)), d)
             loss = loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
-        self._update(_vq.code_last(z.detach(), d).reshape(-1, self.dim), indices.reshape(-1))
+        flat = _vq.code_last(z.detach(), d).reshape(-1, self.dim)
+        without_grad(self._update, flat, indices.reshape(-1))
         return z_q, indices, loss
 
-    @torch.no_grad()
     def _update(self, rows: Tensor, indices: Tensor) -> None:
+        """The usage counts and their moving average (and the EMA codebook); called
+        without grad."""
         if eager_plain(indices):  # one kernel (integer counts, exact), then one conversion
             counts = torch.bincount(indices, minlength=self.num_codes).to(self.cluster_size.dtype)
         else:  # bincount's size is data-dependent for the compiler

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import storable_mask
+from .._kernels import storable_mask, without_grad
 from .._validation import check_floating
 from ._autograd import apply_function, cached_signature, forward_mode, masked
 
@@ -131,8 +131,7 @@ class StraightThrough:
             value = self.hard
             _check_like(value, x, "hard", call=False)
         else:
-            with torch.no_grad():
-                value = self.hard(x)
+            value = without_grad(self.hard, x)
             _check_like(value, x, "hard(x)")
         return value
 
@@ -143,8 +142,7 @@ class StraightThrough:
             surrogate = _surrogates.get("identity") if self.soft is None else self.soft
             keep = None
             if surrogate.kind == "indicator":
-                with torch.no_grad():
-                    keep = storable_mask(surrogate.support(x))
+                keep = storable_mask(without_grad(surrogate.support, x))
             y: Tensor = apply_function(_ValueWithSurrogate, x, value, keep, surrogate)
             return y
         soft = self.soft(x)
