@@ -260,3 +260,27 @@ def test_property_value_form_returns_the_value_and_leaves_it_alone(data, x, soft
     expected = surrogate.backward(g, x.detach())
     assert torch.equal(got_x.isnan(), expected.isnan())
     assert torch.equal(got_x.nan_to_num(), expected.nan_to_num())
+
+
+def test_a_new_hard_value_becomes_the_output_and_a_kept_one_is_left_alone():
+    """In eager mode a hard value that nothing else holds is handed back itself (no view);
+    one the callable keeps (a cache, a constant, its input) keeps the protecting view and
+    its own autograd state, and both give the same value and gradient."""
+    x = torch.randn(5, requires_grad=True)
+    upstream = torch.arange(5.0)
+    cache: dict[str, torch.Tensor] = {}
+
+    def keeps(t: torch.Tensor) -> torch.Tensor:
+        cache["last"] = torch.round(t)
+        return cache["last"]
+
+    fresh = hg.straight_through(torch.round)(x)
+    kept = hg.straight_through(keeps)(x)
+    assert type(fresh.grad_fn).__name__ == "IdentityGradientBackward"
+    assert type(kept.grad_fn).__name__ == "_ValueWithSurrogateBackward"
+    assert kept is not cache["last"] and not cache["last"].requires_grad
+    assert cache["last"].grad_fn is None
+    assert torch.equal(fresh, kept) and torch.equal(fresh, torch.round(x.detach()))
+    (g_fresh,) = torch.autograd.grad(fresh, x, upstream)
+    (g_kept,) = torch.autograd.grad(kept, x, upstream)
+    assert torch.equal(g_fresh, upstream) and torch.equal(g_kept, upstream)
