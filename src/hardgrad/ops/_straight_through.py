@@ -249,8 +249,11 @@ def straight_through(
       whatever produced the hard value (``hard`` runs without building a graph);
     * with ``soft=None`` or a surrogate, the output is a view of the hard value (no copy):
       modifying either in place afterwards raises autograd's error about views made in a
-      custom Function rather than silently changing the other. With a callable ``soft``
-      the output is computed as ``hard(x) - (sg[soft(x)] - soft(x))``, a new tensor.
+      custom Function rather than silently changing the other. (In eager mode, when
+      ``hard(x)`` made a new tensor that nothing else references, there is no other to
+      protect: that tensor becomes the output itself, which saves the view's cost.) With a
+      callable ``soft`` the output is computed as ``hard(x) - (sg[soft(x)] - soft(x))``, a
+      new tensor.
 
     ``hard`` (or the tensor) must have ``x``'s shape, dtype and device.
 
