@@ -247,7 +247,7 @@ def _direct_among(
     """The index of the smallest direct distance among each row's candidate codes (0/1
     mask, ``count`` of them), the lowest of equals; every code for a row without
     candidates (NaN)."""
-    if bool((count == 0).any()):  # (eager only: the screened path is)
+    if bool((count == 0).any()):  # a sync: fine, the screened path runs in eager mode only
         candidate = candidate + (count == 0).unsqueeze(-1)  # 0/1 + bool: 1 everywhere there
     row_index, code_index = candidate.nonzero(as_tuple=True)
     direct = _pairwise_at(
