@@ -36,9 +36,23 @@ def eager_plain(x: Tensor) -> bool:
     return not torch.compiler.is_compiling() and not _is_transformed(x)
 
 
-#: Cached 0-d tensors of :func:`constant`, by (value, sign, dtype, device); cleared when full.
-_CONSTANTS: dict[tuple[float, bool, torch.dtype, torch.device], Tensor] = {}
-_MAX_CONSTANTS = 256
+#: Read-only tensors made once per key (:func:`constant`, :func:`cached_tensor`); cleared
+#: when full.
+_CACHED: dict[tuple[Any, ...], Tensor] = {}
+_MAX_CACHED = 256
+
+
+def cached_tensor(key: tuple[Any, ...], make: Callable[[], Tensor]) -> Tensor:
+    """``make()``, made once per ``key`` and kept (never modify the result). Made outside
+    inference mode, so that later calls that record autograd can use it."""
+    found = _CACHED.get(key)
+    if found is None:
+        with torch.inference_mode(False):
+            found = make()
+        if len(_CACHED) >= _MAX_CACHED:
+            _CACHED.clear()
+        _CACHED[key] = found
+    return found
 
 
 def constant(value: float, like: Tensor) -> Tensor:
@@ -49,13 +63,11 @@ def constant(value: float, like: Tensor) -> Tensor:
     the one the number gives. ``0.0`` and ``-0.0`` are distinct entries. Never modify the
     result."""
     key = (value, math.copysign(1.0, value) < 0, like.dtype, like.device)
-    found = _CONSTANTS.get(key)
+    found = _CACHED.get(key)  # (the hit inline: this runs on every small kernel)
     if found is None:
-        with torch.inference_mode(False):  # usable by later calls that record autograd
-            found = torch.tensor(value, dtype=like.dtype, device=like.device)
-        if len(_CONSTANTS) >= _MAX_CONSTANTS:
-            _CONSTANTS.clear()
-        _CONSTANTS[key] = found
+        found = cached_tensor(
+            key, lambda: torch.tensor(value, dtype=like.dtype, device=like.device)
+        )
     return found
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from . import estimators as _estimators
 from . import ops
-from ._kernels import eager_plain, without_grad
+from ._kernels import cached_tensor, eager_plain, without_grad
 from ._validation import (
     check_all_finite,
     check_dim,
@@ -226,19 +226,11 @@ def _screened(rows: Tensor, codes: Tensor, distance: str) -> Tensor:
 
 
 def _positions(k: int, like: Tensor) -> Tensor:
-    """``(0, 1, ..., k - 1)`` in ``like``'s dtype and device, made once per key (read only)."""
-    key = (k, like.dtype, like.device)
-    found = _POSITIONS.get(key)
-    if found is None:
-        with torch.inference_mode(False):
-            found = torch.arange(k, dtype=like.dtype, device=like.device)
-        if len(_POSITIONS) >= 64:
-            _POSITIONS.clear()
-        _POSITIONS[key] = found
-    return found
-
-
-_POSITIONS: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+    """``(0, 1, ..., k - 1)`` in ``like``'s dtype and device, made once (read only)."""
+    return cached_tensor(
+        ("positions", k, like.dtype, like.device),
+        lambda: torch.arange(k, dtype=like.dtype, device=like.device),
+    )
 
 
 def _direct_among(

@@ -270,6 +270,11 @@ def _slope(d: Tensor, tau: float) -> Tensor:
     return a * (1 - a)
 
 
+def _other_class(q: Tensor, on: Tensor) -> Tensor:
+    """The probability of the class not drawn: ``1 - p`` where ``b = 1``, ``p`` where ``b = 0``."""
+    return q + on * (1 - 2 * q)
+
+
 def _binary_numerator(
     ctx: Any, q: Tensor, probs: Tensor, gumbel: Tensor, exponentials: Tensor | None, sample: Tensor
 ) -> tuple[Tensor, float, float]:
@@ -292,7 +297,7 @@ def _binary_numerator(
     on = sample.to(q.dtype)
     if ctx.kind == "reinmax":
         if tau == 1:
-            t = q + on * (1 - 2 * q)  # q of the other class: 1 - p where b = 1, p where b = 0
+            t = _other_class(q, on)
         else:
             t = torch.sigmoid(binary_log_odds(probs).mul_((1 - 2 * on) / tau))
         return t * (2 - t) / 2, 1.0, -0.5
@@ -302,7 +307,7 @@ def _binary_numerator(
         # log(E_other / E_drawn) = -+log(E_1 / E_0): a sign, not a select (torch.where on a
         # random mask is a per-element branch on CPU, 2 ns an element)
         log_ratio = torch.log(e[..., 1] / e[..., 0]).mul_(1 - 2 * on)
-        q_other = q + on * (1 - 2 * q)
+        q_other = _other_class(q, on)
         # |d| = log(1 + exp(log_ratio - log q_other)); softplus's linear branch only where
         # exp(-40) is below the rounding of float64
         d = torch.nn.functional.softplus(log_ratio.sub_(torch.log(q_other)), threshold=40.0)

@@ -169,16 +169,24 @@ def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
         return function.apply(*args)
     if torch._C._are_functorch_transforms_active() or _forward_ad._current_level >= 0:
         return getattr(function, "forward_twin", function).apply(*args)
-    apply = _BASE_APPLY.get(function)
-    if apply is None:  # the C++ _FunctionBase.apply, bound to ``function``
-        apply = _BASE_APPLY[function] = super(torch.autograd.Function, function).apply  # type: ignore[misc]
+    apply = base_apply(function)
     for arg in args:  # (a dead wrapper is a functorch-wrapped tensor: rare, checked cheaply)
         if isinstance(arg, Tensor) and _is_wrapped(arg):
             return apply(*unwrap_dead_wrappers(args))
     return apply(*args)
 
 
-#: ``Function -> its C++ apply``, looked up once per class by :func:`apply_function`.
+def base_apply(function: type[torch.autograd.Function]) -> Callable[..., Any]:
+    """The C++ ``_FunctionBase.apply`` bound to ``function`` (looked up once per class):
+    what :func:`apply_function` calls in plain eager mode, for callers that have checked
+    that mode themselves."""
+    apply = _BASE_APPLY.get(function)
+    if apply is None:
+        apply = _BASE_APPLY[function] = super(torch.autograd.Function, function).apply  # type: ignore[misc]
+    return apply
+
+
+#: ``Function -> its C++ apply``, for :func:`base_apply`.
 _BASE_APPLY: dict[type[torch.autograd.Function], Callable[..., Any]] = {}
 
 

@@ -19,7 +19,9 @@ from .._kernels import storable_mask, without_grad
 from .._validation import check_floating
 from ._autograd import (
     IdentityGradient,
+    _is_wrapped,
     apply_function,
+    base_apply,
     cached_signature,
     forward_mode,
     masked,
@@ -113,7 +115,7 @@ def value_with_identity_gradient(value: Tensor, x: Tensor) -> Tensor:
     """``straight_through(value)(x)`` for callers that already hold ``value`` with ``x``'s
     shape, dtype and device: the same op (a view of ``value``, the gradient to ``x``
     unchanged), without re-checking them (3 µs of a VQ layer's call)."""
-    out: Tensor = apply_function(_ValueWithSurrogate, x, value, None, _surrogates.get("identity"))
+    out: Tensor = apply_function(_ValueWithSurrogate, x, value, None, _IDENTITY)
     return out
 
 
@@ -136,12 +138,7 @@ class StraightThrough:
     def _eager_identity(self, x: Tensor) -> Tensor:
         """The plain straight-through of a callable in eager mode (no compile, transform or
         forward-mode level): the common case, with its checks made once."""
-        previous = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            value = self.hard(x)  # type: ignore[operator]
-        finally:
-            torch._C._set_grad_enabled(previous)
+        value = without_grad(self.hard, x)  # type: ignore[arg-type]
         _check_like(value, x, "hard(x)")
         if _held_only_here(value, x):
             # A new tensor no one else holds becomes the output itself: no view to protect
@@ -150,7 +147,7 @@ class StraightThrough:
             if _is_wrapped(x):
                 out: Tensor = apply_function(IdentityGradient, x, lambda _: value)
             else:
-                out = _IDENTITY_APPLY(x, lambda _: value)
+                out = base_apply(IdentityGradient)(x, lambda _: value)
         else:
             out = apply_function(_ValueWithSurrogate, x, value, None, _IDENTITY)
         return out
@@ -172,7 +169,7 @@ class StraightThrough:
             return self._eager_identity(x)
         value = self._hard_value(x)
         if self.soft is None or isinstance(self.soft, _surrogates.Surrogate):
-            surrogate = _surrogates.get("identity") if self.soft is None else self.soft
+            surrogate = _IDENTITY if self.soft is None else self.soft
             keep = None
             if surrogate.kind == "indicator":
                 keep = storable_mask(without_grad(surrogate.support, x))
@@ -189,8 +186,6 @@ class StraightThrough:
 
 
 _IDENTITY = _surrogates.get("identity")
-_IDENTITY_APPLY = super(torch.autograd.Function, IdentityGradient).apply
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _held_only_here(value: Tensor, x: Tensor) -> bool:
