@@ -102,6 +102,30 @@ def tol(dtype: torch.dtype) -> dict[str, float]:
     return TOLERANCES[dtype]
 
 
+@pytest.fixture(scope="module", params=["native", "function"])
+def autograd_route(request: pytest.FixtureRequest) -> Any:
+    """Both ways an identity or masked op records its backward on a small CPU tensor:
+    autograd's own nodes (``"native"``, the default below
+    ``hardgrad.ops._autograd.NATIVE_NODE_MAX_NUMEL`` elements) and the Python Function
+    (``"function"``, forced by a threshold of 0), which larger tensors, CUDA and
+    ``torch.func``/``torch.compile`` take. Module-scoped (hypothesis refuses
+    function-scoped fixtures), so a module that uses it runs once per route."""
+    import hardgrad.ops._autograd as autograd_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "function":
+            patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+        yield request.param
+
+
+@pytest.fixture
+def function_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small CPU ops take the Python Function route in this test (see :func:`autograd_route`)."""
+    import hardgrad.ops._autograd as autograd_module
+
+    monkeypatch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+
+
 @pytest.fixture
 def validation_off() -> Any:
     """Switch hardgrad's value checks off for one test, and back on afterwards."""

@@ -40,6 +40,9 @@ from _properties import (
 from hardgrad.ops import OPS, OpSpec
 from hardgrad.surrogates import SURROGATES
 
+# Every test here runs on both of a small op's autograd routes (see conftest.autograd_route).
+pytestmark = pytest.mark.usefixtures("autograd_route")
+
 SETTINGS = property_settings(max_examples=30)
 
 

@@ -11,6 +11,9 @@ from torch.func import grad, vmap
 import hardgrad as hg
 from hardgrad.surrogates import SURROGATES
 
+# Every test here runs on both of a small op's autograd routes (see conftest.autograd_route).
+pytestmark = pytest.mark.usefixtures("autograd_route")
+
 INF, NAN = math.inf, math.nan
 
 

@@ -100,6 +100,7 @@ def test_a_constant_hard_tensor_is_not_modified(soft):
         assert not constant.requires_grad and constant.grad_fn is None
 
 
+@pytest.mark.usefixtures("function_route")
 def test_the_output_is_protected_from_in_place_changes():
     z, codebook = _vq_setup()
     z_q = _lookup(z, codebook)
@@ -114,11 +115,36 @@ def test_the_output_is_protected_from_in_place_changes():
         y.sum().backward()
 
 
+@pytest.mark.usefixtures("function_route")
 def test_nothing_is_copied_for_a_surrogate_soft():
     z, codebook = _vq_setup()
     z_q = _lookup(z, codebook)
     y = hg.straight_through(z_q)(z)
     assert y.data_ptr() == z_q.data_ptr()
+
+
+@pytest.mark.parametrize("soft", [None, "clipped"])
+def test_a_small_cpu_output_is_a_copy_that_neither_side_can_change(soft):
+    """Up to NATIVE_NODE_MAX_NUMEL elements the output is a copy recorded by autograd's own
+    nodes: changing it in place leaves ``z_q`` alone, changing ``z_q`` afterwards leaves it
+    (and its gradient) alone."""
+    z, codebook = _vq_setup()
+    z_q = _lookup(z, codebook)
+    expected = z_q.detach().clone()
+    y = hg.straight_through(z_q, soft)(z)
+    assert y.data_ptr() != z_q.data_ptr() and type(y.grad_fn).__name__ in {
+        "CloneBackward0",
+        "MulBackward0",
+    }
+    y.add_(1)
+    assert torch.equal(z_q.detach(), expected)
+    y = hg.straight_through(z_q, soft)(z)
+    with torch.no_grad():
+        z_q.mul_(2)
+    assert torch.equal(y.detach(), expected)
+    (got,) = torch.autograd.grad(y.sum(), z)
+    keep = torch.ones_like(z) if soft is None else (z.detach().abs() <= 1).to(z.dtype)
+    assert torch.equal(got, keep)
 
 
 @pytest.mark.parametrize("form", ["callable", "tensor"])
@@ -265,6 +291,7 @@ def test_property_value_form_returns_the_value_and_leaves_it_alone(data, x, soft
     assert torch.equal(got_x.nan_to_num(), expected.nan_to_num())
 
 
+@pytest.mark.usefixtures("function_route")
 def test_a_new_hard_value_becomes_the_output_and_a_kept_one_is_left_alone():
     """In eager mode a hard value that nothing else holds is handed back itself (no view);
     one the callable keeps (a cache, a constant, its input) keeps the protecting view and
@@ -295,7 +322,8 @@ def test_a_new_hard_value_is_the_output_itself_in_a_fresh_interpreter():
     in this one, earlier compile tests can leave references behind)."""
     code = (
         "import torch, hardgrad as hg\n"
-        "x = torch.randn(5, requires_grad=True)\n"
+        "from hardgrad.ops import _autograd\n"
+        "x = torch.randn(_autograd.NATIVE_NODE_MAX_NUMEL + 1, requires_grad=True)\n"
         "y = hg.straight_through(torch.round)(x)\n"
         "print(type(y.grad_fn).__name__)\n"
     )

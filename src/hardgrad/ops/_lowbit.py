@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .._kernels import cast, opmath_dtype
 from .._validation import check_floating, check_int, check_positive
-from ._autograd import IdentityGradient, apply_function, cached_signature, forward_mode
+from ._autograd import apply_function, apply_identity, cached_signature, forward_mode
 
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
@@ -77,8 +77,8 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
         >>> import torch, hardgrad as hg
         >>> w = torch.tensor([0.9, -0.05, 0.3, -0.6], requires_grad=True)
         >>> y = hg.ternarize(w)  # Delta = 0.7 * 0.4625 = 0.32375; alpha = (0.9 + 0.6) / 2
-        >>> y
-        tensor([ 0.7500,  0.0000,  0.0000, -0.7500], grad_fn=<IdentityGradientBackward>)
+        >>> y.detach()
+        tensor([ 0.7500,  0.0000,  0.0000, -0.7500])
         >>> y.sum().backward(); w.grad
         tensor([1., 1., 1., 1.])
     """
@@ -96,7 +96,7 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
     if w.numel() == 0:
         return w.clone()
     hard = functools.partial(_ternary, threshold=t, dims=dims)
-    return apply_function(IdentityGradient, w, hard)
+    return apply_identity(w, hard)
 
 
 def _round_with(x: Tensor, noise: Tensor) -> Tensor:

@@ -20,8 +20,8 @@ from .._validation import (
     value_checks_apply,
 )
 from ._autograd import (
-    IdentityGradient,
     apply_function,
+    apply_identity,
     apply_masked,
     cached_signature,
     forward_mode,
@@ -204,18 +204,22 @@ def _step_sign(scale: Tensor, tangent: Tensor) -> Tensor:
     return torch.where(scale < 0, -tangent, tangent).to(scale.dtype)
 
 
-@cached_signature
 class _FakeQuantize(torch.autograd.Function):
-    """Fake quantization; backward: masked STE for x, LSQ for scale and zero point.
+    r"""Fake quantization; backward: masked STE for x, LSQ for scale and zero point.
 
     With ``step_bounds``, ``scale`` is a learned raw scale and the step size is
     :func:`_step` of it, with the gradient :func:`_step_sign` (one autograd node per call
-    instead of two: :class:`hardgrad.nn.Quantize`)."""
+    instead of two: :class:`hardgrad.nn.Quantize`).
 
-    generate_vmap_rule = True
+    Written with ``ctx`` in ``forward`` (plain eager mode and ``torch.compile``), which
+    saves what forward computed for backward (the step size, its reciprocal, the LSQ factor
+    :math:`\pm g`) instead of recomputing it there: seven small kernels fewer per LSQ
+    backward. ``torch.func`` transforms and forward mode use :class:`_FakeQuantizeJVP`, in
+    the ``setup_context`` form, which returns the mask as a second output."""
 
     @staticmethod
     def forward(
+        ctx: Any,
         x: Tensor,
         scale: Tensor,
         zero_point: Tensor | None,
@@ -226,65 +230,110 @@ class _FakeQuantize(torch.autograd.Function):
         unrounded: bool,
         step_bounds: tuple[float, float] | None,
         mask_in_forward: bool,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> Tensor:
         step = _step(scale, step_bounds, _compute_dtype(x.dtype))
         inverse = torch.reciprocal(step)  # (what 1.0 / step computes)
+        keep = None
         if not mask_in_forward:  # (plain eager, zero point 0: see _mask_in_forward)
-            return _quantized_values(x, step, inverse, quant_min, quant_max), None
-        y, keep = _fake_quantize(x, step, inverse, zero_point, quant_min, quant_max, unrounded)
-        return y, storable_mask(keep)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs[:8]
-        keep = output[1]  # None: the backward recomputes it from x (see _mask_in_forward)
-        if keep is not None:
-            ctx.mark_non_differentiable(keep)
-        ctx.step_bounds = inputs[8]
-        ctx.compute_dtype = _compute_dtype(x.dtype)
-        ctx.identity = identity
-        ctx.grad_scale = grad_scale
-        ctx.unrounded = unrounded
-        ctx.bounds = (quant_min, quant_max)
+            y = _quantized_values(x, step, inverse, quant_min, quant_max)
+        else:
+            y, keep = _fake_quantize(x, step, inverse, zero_point, quant_min, quant_max, unrounded)
+            keep = storable_mask(keep)
+        _save_settings(ctx, x, identity, grad_scale, unrounded, step_bounds, quant_min, quant_max)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            ctx.save_for_backward(keep, x, scale, zero_point)
+            factor = _lsq_factor(scale, step, grad_scale, step_bounds)
+            ctx.factor = None if isinstance(factor, Tensor) else factor
+            factor_t = factor if isinstance(factor, Tensor) else None
+            ctx.save_for_backward(keep, x, scale, zero_point, step, inverse, factor_t)
         elif not identity:
             ctx.save_for_backward(keep)
-        # else: nothing; the identity needs no mask, and no qparam needs a gradient.
+        return y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         saved = ctx.saved_tensors
-        grad_scale = grad_zero_point = None
-        if saved and saved[0] is None:  # LSQ in eager: the mask comes with the partial
-            _, x, raw, _ = saved
-            scale = _step(raw, ctx.step_bounds, ctx.compute_dtype)
-            dy_ds, keep = _scale_partial_and_mask(ctx.bounds, ctx.unrounded, x, scale)
-            grad_x = grad if ctx.identity else grad * keep
-            grad_scale = dy_ds.mul_(grad).sum_to_size(scale.shape).mul_(ctx.grad_scale)
-            if ctx.step_bounds is not None:
-                grad_scale = _step_sign(raw, grad_scale)
-            return grad_x, grad_scale, None, None, None, None, None, None, None, None
-        grad_x = grad if ctx.identity else masked(grad, saved[0])
         if len(saved) > 1:
-            keep, x, raw, zero_point = saved
-            scale = _step(raw, ctx.step_bounds, ctx.compute_dtype)
-            g = cast(grad, scale.dtype)
-            if zero_point is None:  # the common LSQ case: the scale's partial alone
-                dy_ds = _scale_partial(ctx.bounds, keep, x, scale)
-                if eager_plain(g):  # (in place only outside transforms: vmap batches g)
-                    grad_scale = dy_ds.mul_(g).sum_to_size(scale.shape).mul_(ctx.grad_scale)
-                else:
-                    grad_scale = (dy_ds * g).sum_to_size(scale.shape) * ctx.grad_scale
+            keep, x, raw, zero_point, step, inverse, factor = saved
+            factor = ctx.factor if factor is None else factor
+            grads = _lsq_backward(ctx, grad, keep, x, raw, zero_point, step, inverse, factor)
+        else:
+            grads = (grad if ctx.identity else masked(grad, saved[0]), None, None)
+        return *grads, None, None, None, None, None, None, None
+
+
+def _save_settings(
+    ctx: Any,
+    x: Tensor,
+    identity: bool,
+    grad_scale: float,
+    unrounded: bool,
+    step_bounds: tuple[float, float] | None,
+    quant_min: int,
+    quant_max: int,
+) -> None:
+    ctx.step_bounds = step_bounds
+    ctx.compute_dtype = _compute_dtype(x.dtype)
+    ctx.identity = identity
+    ctx.grad_scale = grad_scale
+    ctx.unrounded = unrounded
+    ctx.bounds = (quant_min, quant_max)
+
+
+def _lsq_factor(
+    raw: Tensor, step: Tensor, grad_scale: float, step_bounds: tuple[float, float] | None
+) -> Tensor | float:
+    r"""What the summed :math:`\sum \bar y\,\partial y/\partial s` is multiplied by in
+    backward: :math:`g` (``grad_scale``), times :math:`\operatorname{sign}(s)` (1 at 0) for a
+    bounded learned scale, as a tensor in the step's dtype made in forward; :math:`\pm g`
+    rounds as :math:`g` does, so :math:`t\,(\pm g)` is :func:`_step_sign` of :math:`t\,g`
+    bit for bit. (A raw scale in another dtype than the step keeps the two-step form.)"""
+    if step_bounds is None or raw.dtype != step.dtype:
+        return grad_scale
+    if eager_plain(raw):  # (0-d operands: 1 µs less a kernel than Python numbers)
+        negative = torch.lt(raw, constant(0.0, raw))  # (NaN: not negative, as in _step_sign)
+        return torch.where(negative, constant(-grad_scale, raw), constant(grad_scale, raw))
+    # (A tensor operand: Python numbers alone would make a tensor of the default dtype.)
+    return torch.where(raw < 0, -grad_scale, torch.full_like(raw, grad_scale))
+
+
+def _lsq_backward(
+    ctx: Any,
+    grad: Tensor,
+    keep: Tensor | None,
+    x: Tensor,
+    raw: Tensor,
+    zero_point: Tensor | None,
+    step: Tensor,
+    inverse: Tensor,
+    factor: Tensor | float,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The gradients of ``(x, scale, zero_point)`` when a quantization parameter needs one,
+    from what :class:`_FakeQuantize`'s forward saved (``factor``: :func:`_lsq_factor`)."""
+    signed_apart = ctx.step_bounds is not None and not isinstance(factor, Tensor)
+    grad_zero_point = None
+    if keep is None:  # LSQ in eager: the mask comes with the partial
+        dy_ds, keep = _scale_partial_and_mask(ctx.bounds, ctx.unrounded, x, inverse)
+        grad_x = grad if ctx.identity else grad * keep
+        grad_scale: Tensor | None = dy_ds.mul_(grad).sum_to_size(step.shape).mul_(factor)
+    else:
+        grad_x = grad if ctx.identity else masked(grad, keep)
+        g = cast(grad, step.dtype)
+        grad_scale = None
+        if zero_point is None:  # the common LSQ case: the scale's partial alone
+            dy_ds = _scale_partial(ctx.bounds, keep, x, inverse)
+            if eager_plain(g):  # (in place only outside transforms: vmap batches g)
+                grad_scale = dy_ds.mul_(g).sum_to_size(step.shape).mul_(factor)
             else:
-                dy_ds, dy_dz = _qparam_partials(ctx, keep, x, scale, zero_point)
-                if ctx.needs_input_grad[1]:
-                    grad_scale = (g * dy_ds).sum_to_size(scale.shape) * ctx.grad_scale
-                if ctx.needs_input_grad[2]:
-                    grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
-            if ctx.step_bounds is not None and grad_scale is not None:
-                grad_scale = _step_sign(raw, grad_scale)
-        return grad_x, grad_scale, grad_zero_point, None, None, None, None, None, None, None
+                grad_scale = (dy_ds * g).sum_to_size(step.shape) * factor
+        else:
+            dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
+            if ctx.needs_input_grad[1]:
+                grad_scale = (g * dy_ds).sum_to_size(step.shape) * factor
+            if ctx.needs_input_grad[2]:
+                grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
+    if signed_apart and grad_scale is not None:
+        grad_scale = _step_sign(raw, grad_scale)
+    return grad_x, grad_scale, grad_zero_point
 
 
 def _mask_in_forward(x: Tensor, scale: Tensor, zero_point: Tensor | None, identity: bool) -> bool:
@@ -317,25 +366,26 @@ def _quantized_values(
     return cast(y, x.dtype)
 
 
-def _wide_levels(bounds: tuple[int, int], x: Tensor, scale: Tensor) -> Tensor:
-    """:math:`x/s` (as ``x * (1/s)``) clamped to :math:`[q_- - 1, q_+ + 1]`, in the scale's
-    dtype, in plain eager mode: finite, and in range exactly where :math:`x/s` is."""
+def _wide_levels(bounds: tuple[int, int], x: Tensor, inverse: Tensor) -> Tensor:
+    """:math:`x/s` (as ``x * inverse``, ``inverse`` being ``1/s``) clamped to
+    :math:`[q_- - 1, q_+ + 1]`, in the scale's dtype, in plain eager mode: finite, and in
+    range exactly where :math:`x/s` is."""
     quant_min, quant_max = bounds
-    scaled = torch.mul(cast(x, scale.dtype), torch.reciprocal(scale))
+    scaled = torch.mul(cast(x, inverse.dtype), inverse)
     return scaled.clamp_(quant_min - 1, quant_max + 1)
 
 
 def _scale_partial_and_mask(
-    bounds: tuple[int, int], unrounded: bool, x: Tensor, scale: Tensor
+    bounds: tuple[int, int], unrounded: bool, x: Tensor, inverse: Tensor
 ) -> tuple[Tensor, Tensor]:
     r""":func:`_scale_partial` and the in-range mask (0/1 in ``x``'s dtype) together, from
     ``x`` alone, in plain eager mode: with :math:`w` the wide clamp of :math:`x/s` and
     :math:`c = \operatorname{clamp}(w, q_-, q_+)`, "in range" is :math:`w = c` (decided
     before rounding) or :math:`\operatorname{round}(w) = \operatorname{round}(c)` (on the
     level), the forward's decision exactly (the same :math:`x/s`, integer bounds), and
-    :math:`\partial y/\partial s = \operatorname{round}(c) - m\,w`."""
+    :math:`\partial y/\partial s = \operatorname{round}(c) - m\,w` (``inverse``: ``1/s``)."""
     quant_min, quant_max = bounds
-    wide = _wide_levels(bounds, x, scale)
+    wide = _wide_levels(bounds, x, inverse)
     level = torch.clamp(wide, quant_min, quant_max)
     keep = torch.empty_like(x)
     if unrounded:
@@ -347,7 +397,7 @@ def _scale_partial_and_mask(
     return level.sub_(wide.mul_(keep)), keep
 
 
-def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, inverse: Tensor) -> Tensor:
     r""":math:`\partial y/\partial s` of :func:`_qparam_partials` for a zero point of 0, in
     fewer passes: :math:`\operatorname{clamp}(\operatorname{round}(w), q_-, q_+) - m\,w`
     with :math:`w = \operatorname{clamp}(x/s, q_- - 1, q_+ + 1)` and the in-range mask
@@ -357,14 +407,14 @@ def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, scale: Tens
     or after rounding (the bounds are integers, so rounding never crosses one). The wide
     clamp keeps :math:`w` finite, so the mask multiplies (no ``torch.where``, several
     times slower on CPU, and none of the slow bool reads of inductor) without making
-    ``0 * inf``. A NaN ``x`` gives NaN, as in torch's learnable fake-quantize kernels."""
+    ``0 * inf``. A NaN ``x`` gives NaN, as in torch's learnable fake-quantize kernels.
+    ``inverse`` is ``1/s`` (as ``torch.reciprocal`` computes it)."""
     quant_min, quant_max = bounds
     if eager_plain(x):
-        wide = _wide_levels(bounds, x, scale)
+        wide = _wide_levels(bounds, x, inverse)
         level = torch.round(wide).clamp_(quant_min, quant_max)
         return level.sub_(wide.mul_(keep))
-    inverse = torch.reciprocal(scale)  # (what 1.0 / scale computes)
-    wide = torch.clamp(x.to(scale.dtype) * inverse, quant_min - 1, quant_max + 1)
+    wide = torch.clamp(x.to(inverse.dtype) * inverse, quant_min - 1, quant_max + 1)
     return torch.round(wide).clamp(quant_min, quant_max) - wide * keep
 
 
@@ -395,17 +445,55 @@ def _qparam_partials(
 
 @forward_mode(_FakeQuantize)
 @cached_signature
-class _FakeQuantizeJVP(_FakeQuantize):
-    r""":class:`_FakeQuantize` with its forward-mode rule, the transpose of its backward:
+class _FakeQuantizeJVP(torch.autograd.Function):
+    r""":class:`_FakeQuantize` in the ``setup_context`` form ``torch.func`` needs (the mask a
+    second, non-differentiable output; backward recomputes the step size), with its
+    forward-mode rule, the transpose of its backward:
     :math:`\dot y = m\,\dot x + g\,(\partial_s y\,\dot s + \partial_z y\,\dot z)` with the
     in-range mask :math:`m` (1 everywhere for the identity surrogate) and the LSQ factor
     :math:`g` (``grad_scale``), so that ``jacfwd`` equals ``jacrev``."""
 
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        x: Tensor,
+        scale: Tensor,
+        zero_point: Tensor | None,
+        quant_min: int,
+        quant_max: int,
+        identity: bool,
+        grad_scale: float,
+        unrounded: bool,
+        step_bounds: tuple[float, float] | None,
+        mask_in_forward: bool,
+    ) -> tuple[Tensor, Tensor]:
+        step = _step(scale, step_bounds, _compute_dtype(x.dtype))
+        inverse = torch.reciprocal(step)  # (what 1.0 / step computes)
+        y, keep = _fake_quantize(x, step, inverse, zero_point, quant_min, quant_max, unrounded)
+        return y, storable_mask(keep)
+
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        _FakeQuantize.setup_context(ctx, inputs, output)
-        x, scale, zero_point = inputs[:3]
-        ctx.save_for_forward(output[1], x, scale, zero_point)
+        x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs[:8]
+        keep = output[1]
+        ctx.mark_non_differentiable(keep)
+        _save_settings(ctx, x, identity, grad_scale, unrounded, inputs[8], quant_min, quant_max)
+        ctx.save_for_backward(keep, x, scale, zero_point)
+        ctx.save_for_forward(keep, x, scale, zero_point)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_keep: Any) -> tuple[Tensor | None, ...]:
+        keep, x, raw, zero_point = ctx.saved_tensors
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            step = _step(raw, ctx.step_bounds, ctx.compute_dtype)
+            inverse = torch.reciprocal(step)
+            grads = _lsq_backward(
+                ctx, grad, keep, x, raw, zero_point, step, inverse, ctx.grad_scale
+            )
+        else:
+            grads = (grad if ctx.identity else masked(grad, keep), None, None)
+        return *grads, None, None, None, None, None, None, None
 
     @staticmethod
     def jvp(
@@ -493,8 +581,7 @@ def _plan_key(
 def _apply_plan(x: Tensor, plan: tuple[bool, Any]) -> Tensor:
     identity, forward = plan
     if identity:
-        out: Tensor = apply_function(IdentityGradient, x, forward)
-        return out
+        return apply_identity(x, forward)
     y = apply_masked(x, forward)
     return y
 
@@ -662,8 +749,7 @@ def quantize(
     scale_t = _qparam(scale, "scale", x, dtype)
     if value_checks_apply(scale_t):
         _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
-    y, _ = apply_function(
-        _FakeQuantize,
+    return _apply_fake_quantize(
         x,
         scale_t,
         zero_point_t,
@@ -675,6 +761,14 @@ def quantize(
         None,
         _mask_in_forward(x, scale_t, zero_point_t, identity),
     )
+
+
+def _apply_fake_quantize(x: Tensor, *args: Any) -> Tensor:
+    """``y`` of :class:`_FakeQuantize` (or of its twin, which also returns the mask)."""
+    out = apply_function(_FakeQuantize, x, *args)
+    if isinstance(out, Tensor):
+        return out
+    y: Tensor = out[0]
     return y
 
 
@@ -700,8 +794,7 @@ def quantize_step_size(
     Function: :class:`hardgrad.nn.Quantize`'s forward is then one autograd node."""
     check_broadcastable_to(step, x.shape, "scale")
     scale = step if step_bounds is not None else cast(step, _compute_dtype(x.dtype))
-    y, _ = apply_function(
-        _FakeQuantize,
+    return _apply_fake_quantize(
         x,
         scale,
         None,
@@ -713,7 +806,6 @@ def quantize_step_size(
         step_bounds,
         _mask_in_forward(x, scale, None, identity),
     )
-    return y
 
 
 def _grid_message(reach: float, dtype: torch.dtype) -> str:

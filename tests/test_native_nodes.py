@@ -1,0 +1,180 @@
+"""Small CPU ops recorded with autograd's own nodes (``hardgrad.ops._autograd.records_natively``).
+
+Up to ``NATIVE_NODE_MAX_NUMEL`` elements, in plain eager mode on CPU, an op whose backward is
+the identity or a saved mask is recorded as ``x.clone()`` or ``x * mask`` with its values
+then replaced by the hard result, instead of a Python ``autograd.Function``. The conformance
+suites run every op on both routes (``conftest.autograd_route``); this file checks what is
+particular to the native one: when it is taken, that it never touches the input or the hard
+value, and that everything autograd offers (double backward, retained graphs, strided
+inputs, later ops that save the output) behaves as on the Function route.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hardgrad as hg
+import hardgrad.ops._autograd as autograd_module
+from hardgrad.ops import OPS
+
+LIMIT = autograd_module.NATIVE_NODE_MAX_NUMEL
+NATIVE_NODES = {"CloneBackward0", "MulBackward0"}
+
+#: The ops whose default backward is the identity or a mask (the native route's ops).
+ROUTED = [
+    name
+    for name in OPS.names()
+    if name
+    in {"round", "floor", "ceil", "trunc", "sign", "binarize", "clamp", "quantize", "ternarize"}
+]
+
+
+def _node(y: torch.Tensor) -> str:
+    return type(y.grad_fn).__name__
+
+
+def _input(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(n)
+    x = 3 * torch.randn(n, generator=g, dtype=torch.float64)
+    x[:4] = torch.tensor([math.inf, -math.inf, math.nan, -0.0], dtype=torch.float64)
+    return x.to(dtype).requires_grad_()
+
+
+def test_the_routed_ops_are_in_the_registry():
+    assert {"round", "sign", "clamp", "quantize"} <= set(ROUTED)
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_the_route_switches_at_the_limit(name):
+    spec = OPS.get(name)
+    small, large = _input(LIMIT), _input(LIMIT + 1)
+    assert _node(spec(small)) in NATIVE_NODES
+    assert _node(spec(large)) not in NATIVE_NODES
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_no_node_without_a_gradient_to_record(name):
+    spec = OPS.get(name)
+    x = _input(64)
+    assert spec(x.detach()).grad_fn is None
+    with torch.no_grad():
+        assert spec(x).grad_fn is None
+    with torch.inference_mode():
+        assert spec(x).grad_fn is None
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_transforms_and_forward_mode_take_the_function(name):
+    spec = OPS.get(name)
+    x = _input(64).detach()
+    (tangent,) = torch.func.jvp(spec, (x,), (torch.ones_like(x),))[1:]
+    assert tangent.shape == x.shape
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x.requires_grad_(), torch.ones_like(x))
+        y = spec(dual)
+        assert _node(y) not in NATIVE_NODES
+        assert torch.autograd.forward_ad.unpack_dual(y).tangent is not None
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_neither_the_input_nor_its_graph_is_touched(name):
+    spec = OPS.get(name)
+    leaf = _input(64)
+    before = leaf.detach().clone()
+    x = leaf * 1.0  # a non-leaf input too
+    y = spec(x)
+    assert y.data_ptr() != x.data_ptr()
+    assert torch.equal(leaf.detach().nan_to_num(), before.nan_to_num())
+    assert x._version == 0 and leaf._version == 0
+    with torch.no_grad():
+        y.add_(1)  # the output is the caller's to change
+    assert torch.equal(x.detach().nan_to_num(), before.nan_to_num())
+
+
+def _both_routes(fn, monkeypatch):
+    native = fn()
+    with monkeypatch.context() as patch:
+        patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+        function = fn()
+    return native, function
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and torch.equal(a.isnan(), b.isnan())
+        and torch.equal(a.nan_to_num(), b.nan_to_num())
+        and torch.equal(a.signbit(), b.signbit())
+    )
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_strided_inputs_and_non_finite_gradients_match_the_function(name, dtype, monkeypatch):
+    spec = OPS.get(name)
+    base = _input(96, dtype).detach()
+    x = base.view(12, 8).t().requires_grad_()  # non-contiguous
+    upstream = torch.randn(8, 12, dtype=torch.float64).to(dtype)
+    upstream[0, :3] = torch.tensor([math.inf, math.nan, -math.inf]).to(dtype)
+
+    def run():
+        y = spec(x)
+        return y.detach(), y.stride(), torch.autograd.grad(y, x, upstream)[0]
+
+    (y_n, stride_n, g_n), (y_f, _, g_f) = _both_routes(run, monkeypatch)
+    assert _same(y_n, y_f) and _same(g_n, g_f)
+    assert stride_n == x.stride()  # the copy keeps the input's layout
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_double_backward_and_retained_graphs_match_the_function(name, monkeypatch):
+    spec = OPS.get(name)
+    x = torch.linspace(-2, 2, 50, dtype=torch.float64, requires_grad=True)
+
+    def run():
+        y = spec(x)
+        loss = (y * x.pow(2)).sum()
+        (first,) = torch.autograd.grad(loss, x, create_graph=True)
+        (second,) = torch.autograd.grad(first.sum(), x, retain_graph=True)
+        (again,) = torch.autograd.grad(first.sum(), x)
+        return first.detach(), second, again
+
+    native, function = _both_routes(run, monkeypatch)
+    for a, b in zip(native, function, strict=True):
+        assert _same(a, b)
+
+
+def test_a_later_op_that_saves_the_output_backpropagates():
+    """The values are replaced before anything else sees the output, so an op that saves
+    it (``y * y``) finds the version it saved."""
+    x = torch.randn(64, requires_grad=True)
+    y = hg.round(x)
+    (y * y).sum().backward()
+    assert torch.equal(x.grad, 2 * torch.round(x.detach()))
+
+
+@pytest.mark.parametrize("soft", [None, "clipped"])
+def test_straight_through_callable_and_tensor_match_the_function(soft, dtype, monkeypatch):
+    x = _input(40, dtype)
+    value = torch.round(x.detach() * 3) / 3
+    upstream = torch.randn(40, dtype=torch.float64).to(dtype)
+
+    def run(hard):
+        y = hg.straight_through(hard, soft)(x)
+        return y.detach(), torch.autograd.grad(y, x, upstream)[0], _node(y)
+
+    for hard in (lambda t: torch.round(t * 3) / 3, value):
+        (y_n, g_n, node_n), (y_f, g_f, node_f) = _both_routes(
+            lambda hard=hard: run(hard), monkeypatch
+        )
+        assert node_n in NATIVE_NODES and node_f not in NATIVE_NODES
+        assert _same(y_n, y_f) and _same(g_n, g_f)
+        assert _same(y_n, value.detach())
+
+
+def test_a_smooth_surrogate_keeps_the_function():
+    x = torch.randn(64, requires_grad=True)
+    assert _node(hg.sign(x, surrogate="tanh")) not in NATIVE_NODES
+    assert _node(hg.straight_through(torch.sign, "tanh")(x)) not in NATIVE_NODES
