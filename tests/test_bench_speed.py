@@ -15,7 +15,7 @@ from hardgrad.bench.report import PlainProgress
 from hardgrad.bench.speed import SpeedConfig, alternatives_for
 from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
-from hardgrad.ops._autograd import SMALL_NUMEL
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 
 PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 
@@ -77,8 +77,8 @@ def test_speed_eager_writes_results_and_report(
     # Saved for backward: nothing for round's identity STE, a bool mask for clamp, while
     # torch.clamp keeps the float input alive.
     assert ops["round"]["candidates"]["hardgrad"]["bytes_per_element"] == 0
-    # A bool mask above SMALL_NUMEL elements; up to it, 0/1 in x's dtype.
-    mask_bytes = 1 if TINY.numel > SMALL_NUMEL else 4
+    # A bool mask from MASK_CONVERT_MIN_NUMEL elements on; below, 0/1 in x's dtype.
+    mask_bytes = 1 if TINY.numel >= MASK_CONVERT_MIN_NUMEL else 4
     assert ops["clamp"]["candidates"]["hardgrad"]["bytes_per_element"] == mask_bytes
     assert ops["clamp"]["candidates"]["torch"]["bytes_per_element"] == 4
     report = (tmp_path / "report.md").read_text()

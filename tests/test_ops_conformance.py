@@ -20,7 +20,7 @@ from torch.func import grad, vmap
 
 import hardgrad as hg
 from hardgrad.ops import OPS, OpSpec
-from hardgrad.ops._autograd import SMALL_NUMEL
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 from hardgrad.surrogates import SURROGATES
 
 # Every test here runs on both of a small op's autograd routes (see conftest.autograd_route).
@@ -435,8 +435,8 @@ def saved_tensors(
 @pytest.mark.parametrize("shape", [(16, 64), (256, 256)], ids=["small", "large"])
 @pytest.mark.parametrize(("name", "surrogate"), PAIRS)
 def test_saved_bytes_per_element(name, surrogate, shape):
-    """Indicator masks: bool (1 byte) above SMALL_NUMEL elements, 0/1 in the
-    input's dtype up to it (faster there, at most 256 KiB)."""
+    """Indicator masks: bool (1 byte) from MASK_CONVERT_MIN_NUMEL elements on, 0/1 in the
+    input's dtype below it (faster there, at most 256 KiB)."""
     spec = OPS.get(name)
     x = torch.randn(*shape, requires_grad=True)
     saved = saved_tensors(lambda t: call(spec, t, surrogate), x)
@@ -445,7 +445,7 @@ def test_saved_bytes_per_element(name, surrogate, shape):
     if kind == "identity":
         assert nbytes == 0, [(t.dtype, t.shape) for t in saved]
     elif kind == "indicator":
-        small = x.numel() <= SMALL_NUMEL
+        small = x.numel() < MASK_CONVERT_MIN_NUMEL
         assert len(saved) == 1 and saved[0].shape == x.shape
         assert saved[0].dtype == (x.dtype if small else torch.bool)
         assert nbytes / x.numel() <= (x.element_size() if small else 1)
@@ -457,15 +457,15 @@ def test_saved_bytes_per_element(name, surrogate, shape):
 @pytest.mark.parametrize("rows", [16, 1024], ids=["small", "large"])
 @pytest.mark.parametrize("surrogate", ["masked", "identity"])
 def test_clamp_fixed_tensor_bounds_saved_bytes(surrogate, rows):
-    """One mask, as the number-bound clamp saves it: 0/1 in x's dtype up to
-    SMALL_NUMEL elements, else bool; nothing for the identity."""
+    """One mask, as the number-bound clamp saves it: 0/1 in x's dtype below
+    MASK_CONVERT_MIN_NUMEL elements, else bool; nothing for the identity."""
     x = torch.randn(rows, 64, requires_grad=True)
     lo, hi = torch.full((64,), -0.5), torch.full((rows, 1), 0.5)
     saved = saved_tensors(lambda t: hg.clamp(t, lo, hi, surrogate=surrogate), x)
     if surrogate == "identity":
         assert saved == []
         return
-    small = x.numel() <= SMALL_NUMEL
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
     assert [(t.dtype, t.shape) for t in saved] == [(x.dtype if small else torch.bool, x.shape)]
 
 
@@ -474,7 +474,7 @@ def test_clamp_learnable_tensor_bound_saves_two_masks(rows):
     x = torch.randn(rows, 64, requires_grad=True)
     lo = torch.full((64,), -0.5, requires_grad=True)
     saved = saved_tensors(lambda t: hg.clamp(t, lo, 0.5), x)
-    small = x.numel() <= SMALL_NUMEL
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
     masks = [(t.dtype, t.shape) for t in saved if t.numel()]  # (the unused upper mask: empty)
     assert masks == [(x.dtype if small else torch.bool, x.shape)] * 2  # x's and lo's
 
@@ -729,8 +729,8 @@ def test_clamp_tensor_bounds_match_torch_clamp(lo_shape, hi_shape, dtype, assert
 
 @pytest.mark.parametrize("rows", [16, 1024], ids=["float-masks", "bool-masks"])
 def test_clamp_tensor_bounds_match_torch_clamp_with_both_mask_kinds(rows):
-    """Both saved-mask forms (0/1 floats up to SMALL_NUMEL elements, bools
-    above it) against torch.clamp, with a fifth of the entries saturated on each side,
+    """Both saved-mask forms (0/1 floats below MASK_CONVERT_MIN_NUMEL elements, bools
+    from there on) against torch.clamp, with a fifth of the entries saturated on each side,
     crossed bounds (lo > hi) in one column, NaN inputs, and every bound learnable."""
     g_ = torch.Generator().manual_seed(7)
     x = torch.randn(rows, 64, generator=g_)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hardgrad as hg
-from hardgrad.ops._autograd import SMALL_NUMEL
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 from hardgrad.surrogates import SURROGATES
 
 # Every test here runs on both of a small op's autograd routes (see conftest.autograd_route).
@@ -332,10 +332,10 @@ def saved_nbytes(fn, *args) -> int:
 @pytest.mark.parametrize("rows", [32, 1024], ids=["small", "large"])
 @pytest.mark.parametrize("surrogate", QUANTIZE_SURROGATES)
 def test_saved_bytes_with_fixed_quantization_parameters(surrogate, rows):
-    """One mask: 1 byte per element, or, up to SMALL_NUMEL elements in eager
+    """One mask: 1 byte per element, or, below MASK_CONVERT_MIN_NUMEL elements in eager
     mode, 0/1 in x's dtype (faster there)."""
     x = torch.randn(rows, 64, requires_grad=True)
-    small = x.numel() <= SMALL_NUMEL
+    small = x.numel() < MASK_CONVERT_MIN_NUMEL
     mask_bytes = x.element_size() if small else 1
     budget = 0 if SURROGATES.get(surrogate).kind == "identity" else mask_bytes
     cases = [
