@@ -272,8 +272,8 @@ _IN_PLACE: dict[Callable[..., Any], Callable[[Tensor], Tensor]] = {
 
 def apply_identity(x: Tensor, hard: HardFn) -> Tensor:
     """``hard(x)`` in forward, the incoming gradient unchanged in backward: the op of
-    :class:`IdentityGradient`, for an elementwise ``hard`` (its result has ``x``'s shape,
-    dtype and device).
+    :class:`IdentityGradient`, for a ``hard`` whose result has ``x``'s shape, dtype and
+    device.
 
     On a small CPU tensor (:func:`records_natively`) it is recorded as autograd's own copy,
     ``x.clone()``, whose values are then replaced by ``hard(x)`` outside autograd (in place
