@@ -487,3 +487,41 @@ def test_number_scale_eager_path_matches_the_general_path(numel, surrogate, in_r
     zeros = eager.detach() == 0
     assert zeros[:4].all() and not eager.detach()[zeros].signbit().any()  # never -0.0
     assert torch.equal(leaf.grad, general_grad.reshape(-1))
+
+
+@pytest.mark.parametrize("per_channel_dim", [None, 0])
+def test_learned_scale_gradient_equals_the_two_node_form_bit_for_bit(per_channel_dim, dtype):
+    """``nn.Quantize`` runs LSQ as one node, with the step size's sign folded into the
+    factor ``+-g`` it saves in forward; its gradients are those of the two-node form
+    (``hg.quantize`` with the module's ``step_size`` as a tensor scale) bit for bit, with
+    negative raw scales among the channels too."""
+    g = torch.Generator().manual_seed(5)
+    x = (2 * torch.randn(6, 3, 4, 4, generator=g, dtype=torch.float64)).to(dtype)
+    q = hg.nn.Quantize(4, signed=True, per_channel_dim=per_channel_dim, learn_scale=True)
+    if dtype == torch.float64:
+        q = q.double()  # (a float64 scale: the factor is then made in float64 too)
+    q.init_from(x.to(q.scale.dtype))
+    with torch.no_grad():
+        flip = torch.where(torch.arange(q.scale.numel()) % 3 == 1, -1.0, 1.0)
+        q.scale.mul_(flip.reshape(q.scale.shape) if per_channel_dim is not None else -1.0)
+    x.requires_grad_()
+    upstream = torch.randn(x.shape, generator=g, dtype=torch.float64).to(dtype)
+    y = q(x)
+    one_node = torch.autograd.grad(y, (x, q.scale), upstream)
+
+    step = q.step_size(x.dtype)
+    per_scale = x.numel() // (step.numel() if per_channel_dim is not None else 1)
+    shape = (-1, 1, 1, 1) if per_channel_dim is not None else ()
+    y_ref = hg.quantize(
+        x,
+        step.reshape(shape),
+        quant_min=q.quant_min,
+        quant_max=q.quant_max,
+        grad_scale=1.0 / math.sqrt(per_scale * q.quant_max),
+    )
+    two_node = torch.autograd.grad(y_ref, (x, q.scale), upstream)
+    assert torch.equal(y.detach(), y_ref.detach())
+    for got, want in zip(one_node, two_node, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    flipped = q.scale.detach().flatten() < 0
+    assert flipped.any() and (one_node[1].flatten()[flipped] != 0).any()  # they learn too
