@@ -308,6 +308,29 @@ def test_clamp_bound_checks(argument):
         hg.clamp(x, **{argument: torch.zeros(2, 1)})
 
 
+def test_repeated_clamps_are_checked_like_first_ones():
+    """Number-bound clamps reuse their checked plan: the errors still come on every call,
+    True never passes for a cached 1, -0.0 and 0.0 stay different bounds, and a bound
+    rounded to one dtype is not reused for another."""
+    x = torch.tensor([-0.0, 0.0, -2.0, 3.0], requires_grad=True)
+    for _ in range(2):
+        hg.clamp(x, 1, 2)
+        with pytest.raises(TypeError, match="`min`"):
+            hg.clamp(x, True, 2)
+        with pytest.raises(ValueError, match="`min` <= `max`"):
+            hg.clamp(x, 2.0, 1.0)
+        with pytest.raises(ValueError, match="`max`"):
+            hg.clamp(x, max=NAN)
+    for bound in (0.0, -0.0, 0.0):
+        got = hg.clamp(x, min=bound).detach()
+        want = torch.clamp(x.detach(), min=bound)
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+    wide = torch.tensor([1e30, -1e30], dtype=torch.float64)
+    for tensor in (wide.float(), wide, wide.half(), wide):
+        got = hg.clamp(tensor, -1e300, 1e300)
+        assert got.dtype == tensor.dtype and torch.equal(got, tensor)
+
+
 def test_one_sided_clamps():
     x = torch.tensor([-2.0, 0.0, 2.0], requires_grad=True)
     assert hg.clamp(x, min=-1.0).tolist() == [-1.0, 0.0, 2.0]
