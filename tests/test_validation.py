@@ -331,6 +331,25 @@ def test_repeated_clamps_are_checked_like_first_ones():
         assert got.dtype == tensor.dtype and torch.equal(got, tensor)
 
 
+def test_repeated_selections_are_checked_like_first_ones():
+    """one_hot_argmax and topk_mask reuse their checked (dim, tau): the errors still come on
+    every call (an integer or empty tensor, a dim out of range, a bad tau, a bool dim)."""
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        assert hg.one_hot_argmax(x, dim=1, tau=0.5).shape == (3, 4)
+        with pytest.raises(TypeError, match="`logits`"):
+            hg.one_hot_argmax(torch.arange(12).view(3, 4), dim=1, tau=0.5)
+        with pytest.raises(ValueError, match="at least one entry"):
+            hg.one_hot_argmax(torch.randn(3, 0), dim=1, tau=0.5)
+        with pytest.raises(ValueError, match="`dim`"):
+            hg.one_hot_argmax(x, dim=2)
+        with pytest.raises(ValueError, match="`tau`"):
+            hg.one_hot_argmax(x, tau=-1.0)
+        with pytest.raises(TypeError, match="`dim`"):
+            hg.topk_mask(x, 2, dim=True)
+    assert hg.one_hot_argmax(torch.randn(2, 3, 4), dim=1).shape == (2, 3, 4)  # another rank
+
+
 def test_one_sided_clamps():
     x = torch.tensor([-2.0, 0.0, 2.0], requires_grad=True)
     assert hg.clamp(x, min=-1.0).tolist() == [-1.0, 0.0, 2.0]
