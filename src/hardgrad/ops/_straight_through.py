@@ -115,8 +115,9 @@ class _ValueWithSurrogateJVP(_ValueWithSurrogate):
 
 def value_with_identity_gradient(value: Tensor, x: Tensor) -> Tensor:
     """``straight_through(value)(x)`` for callers that already hold ``value`` with ``x``'s
-    shape, dtype and device: the same op (a view of ``value``, the gradient to ``x``
-    unchanged), without re-checking them (3 µs of a VQ layer's call)."""
+    shape, dtype and device: the same op (a view of ``value``, or a copy on small CPU
+    tensors; the gradient to ``x`` unchanged), without re-checking them (3 µs of a VQ
+    layer's call)."""
     if records_natively(x):
         return native_value(x, value)
     out: Tensor = apply_function(_ValueWithSurrogate, x, value, None, _IDENTITY)
