@@ -913,3 +913,34 @@ def test_expectation_with_probs_compiles(name, dist):
         )
 
     _compiled_matches_eager(fn, lambda batch: _probs(batch, dist))
+
+
+@pytest.mark.parametrize("estimator", ["st", "st_identity"])
+@pytest.mark.parametrize("numel", [100, 20_000], ids=["small", "large"])
+def test_identity_bernoulli_from_probs_is_the_two_class_path_in_one_step(estimator, numel, dtype):
+    """hg.bernoulli(probs=...) with an identity probability backward (ST at tau = 1,
+    ST-identity) samples in one step, without the (0, L) pair: the same value bit for bit
+    as the estimator's bernoulli_probs on bernoulli_noise from the same generator state,
+    end points included, and the incoming gradient unchanged."""
+    chosen = hg.estimators.get(estimator)
+    g = torch.Generator().manual_seed(numel)
+    p = torch.rand(numel, generator=g, dtype=torch.float64)
+    p[:4] = torch.tensor([0.0, 1.0, 0.5, 1e-30])
+    p = p.to(dtype).requires_grad_()
+    fast = hg.bernoulli(probs=p, estimator=estimator, generator=torch.Generator().manual_seed(9))
+    two_class = chosen.bernoulli_probs(
+        p, chosen.bernoulli_noise(p, torch.Generator().manual_seed(9))
+    )
+    assert type(fast.grad_fn).__name__ in {"IdentityGradientBackward", "CloneBackward0"}
+    assert fast.dtype == two_class.dtype and torch.equal(fast, two_class)
+    assert fast[0] == 0 and fast[1] == 1
+    upstream = torch.randn(numel, generator=g, dtype=torch.float64).to(dtype)
+    (got,) = torch.autograd.grad(fast, p, upstream)
+    (want,) = torch.autograd.grad(two_class, p, upstream)
+    assert torch.equal(got, upstream) and torch.equal(want, upstream)
+
+
+def test_tempered_st_from_probs_keeps_the_two_class_path():
+    p = torch.full((8,), 0.3, requires_grad=True)
+    y = hg.bernoulli(probs=p, estimator=hg.estimators.ST(tau=0.5))
+    assert type(y.grad_fn).__name__ == "_ProbsSampleBackward"

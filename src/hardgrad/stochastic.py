@@ -156,7 +156,7 @@ def _sample_bernoulli(
     tensor: Tensor, is_probs: bool, chosen: _estimators.Estimator, generator: torch.Generator | None
 ) -> Tensor:
     if is_probs:
-        return chosen.bernoulli_probs(tensor, chosen.bernoulli_noise(tensor, generator))
+        return chosen.sample_bernoulli_probs(tensor, generator)
     return chosen.sample_bernoulli(tensor, generator)
 
 

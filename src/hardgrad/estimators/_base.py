@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Any, ClassVar
 
 import torch
@@ -10,7 +11,8 @@ from torch import Tensor
 
 from .._kernels import constant, eager_plain, opmath, opmath_dtype, random_tensor
 from .._registry import Registry
-from ._probs import sample_from_probs
+from ..ops._autograd import apply_identity
+from ._probs import binary_log_odds, sample_from_probs
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
 ESTIMATORS: Registry[type[Estimator]] = Registry("estimator")
@@ -81,6 +83,27 @@ class Estimator(abc.ABC):
         :meth:`bernoulli_noise`, or an equivalent single step (see :meth:`sample_categorical`)."""
         return self.bernoulli(logits, self.bernoulli_noise(logits, generator))
 
+    def sample_bernoulli_probs(self, probs: Tensor, generator: torch.Generator | None) -> Tensor:
+        """What :func:`hardgrad.bernoulli` runs for probabilities: :meth:`bernoulli_probs` on
+        :meth:`bernoulli_noise`. Where that backward is the identity (ST at ``tau = 1``,
+        ST-identity) and neither method is overridden, in eager mode, the same sample in one
+        step from the same uniforms, without the two-class pair (:func:`_identity_probs_sample`)."""
+        if (
+            self.logistic_bernoulli_noise
+            and self._probs_backward_is_identity()
+            and type(self).bernoulli_probs is Estimator.bernoulli_probs
+            and type(self).bernoulli_noise is Estimator.bernoulli_noise
+            and eager_plain(probs)
+        ):
+            return _identity_probs_sample(probs, generator)
+        return self.bernoulli_probs(probs, self.bernoulli_noise(probs, generator))
+
+    def _probs_backward_is_identity(self) -> bool:
+        """Whether the Bernoulli probability-space backward is the identity, as
+        :func:`hardgrad.estimators._probs.sample_from_probs` decides it."""
+        kind = self.probs_kind
+        return kind == "identity" or (kind == "st" and self._probs_settings().get("tau") == 1)
+
     def bernoulli(self, logits: Tensor, noise: Any) -> Tensor:
         """The {0, 1} sample for log-odds ``logits``, given :meth:`bernoulli_noise`: noise for
         the two-class logits ``[0, logits]`` (last dimension).
@@ -143,6 +166,26 @@ class Estimator(abc.ABC):
         :func:`hardgrad.bernoulli`)."""
         tau = self._probs_settings().get("tau", 1.0)
         return self.probs_kind not in (None, "identity") and tau > 1
+
+
+def _identity_probs_sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    r"""The Bernoulli sample from ``probs`` with the identity backward, in eager mode: the
+    value :func:`hardgrad.estimators._probs.sample_from_probs` computes from
+    :func:`logistic_pair`, :math:`b = 1 - [\log p - \log(1-p) + L \le 0]`, from the same
+    uniforms and the same :math:`L = \log(u/(1 - u))`, without the pair's zero half (the
+    comparison with it is the comparison with 0). One op of
+    :func:`hardgrad.ops._autograd.apply_identity` (autograd's own copy on small CPU
+    tensors)."""
+    u = uniform(probs, generator)
+    ratio = torch.sub(constant(1.0, u), u)
+    logistic = torch.log(torch.div(u, ratio, out=ratio), out=ratio)
+    return apply_identity(probs, functools.partial(_sample_above, logistic=logistic))
+
+
+def _sample_above(probs: Tensor, logistic: Tensor) -> Tensor:
+    """``1 - [log-odds(probs) + logistic <= 0]`` in ``probs``' dtype."""
+    perturbed = binary_log_odds(probs).to(logistic.dtype).add_(logistic)
+    return 1 - torch.le(perturbed, constant(0.0, perturbed)).to(probs.dtype)
 
 
 def noise_dtype(logits: Tensor) -> torch.dtype:
