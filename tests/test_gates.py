@@ -107,3 +107,32 @@ def test_bad_input():
         hg.nn.HardConcreteGate(3, init_keep=1.0)
     with pytest.raises(ValueError, match="features=3"):
         hg.nn.HardConcreteGate(3)(torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_eager_sample_and_penalty_are_the_formula_bit_for_bit(dtype):
+    """The eager sample (cached 0-d constants, the uniform draw inlined) computes exactly
+    the documented kernels in the compute dtype (float32 for half types), from the same
+    uniforms as hardgrad's other samplers; the module's output and penalty too."""
+    beta, gamma, zeta = 0.5, -0.2, 1.3
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    info = torch.finfo(compute)
+    log_alpha = (3 * torch.randn(40, generator=gen(6), dtype=torch.float64)).to(dtype)
+    z = hg.hard_concrete(log_alpha, beta=beta, gamma=gamma, zeta=zeta, generator=gen(7))
+    u = torch.rand(40, generator=gen(7), dtype=compute).clamp(info.tiny, 1 - info.eps)
+    q = log_alpha.to(compute)
+    logit = torch.log(u) - torch.log1p(-u) + q
+    want = (torch.sigmoid(logit / beta) * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(dtype)
+    assert z.dtype == dtype and torch.equal(z, want)
+    shift = beta * math.log(-gamma / zeta)
+    assert torch.equal(
+        expected_l0(log_alpha, beta=beta, gamma=gamma, zeta=zeta),
+        torch.sigmoid(q - shift).to(dtype),
+    )
+    gate = hg.nn.HardConcreteGate(40, dim=1, beta=beta, gamma=gamma, zeta=zeta, generator=gen(7))
+    gate = gate.to(dtype)
+    with torch.no_grad():
+        gate.log_alpha.copy_(log_alpha)
+    x = torch.randn(3, 40, 2, generator=gen(8), dtype=torch.float64).to(dtype)
+    y = gate(x)
+    assert torch.equal(y, (x.to(compute) * want.to(compute).view(40, 1)).to(dtype))

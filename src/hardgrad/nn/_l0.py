@@ -87,7 +87,8 @@ class HardConcreteGate(SettingsInState, nn.Module):
         return gates.hard_concrete_mean(self.log_alpha, gamma=self.gamma, zeta=self.zeta)
 
     def forward(self, x: Tensor) -> Tensor:
-        d = check_dim(x, self.dim, "dim")
+        ndim = x.dim()
+        d = self.dim % ndim if -ndim <= self.dim < ndim else check_dim(x, self.dim, "dim")
         if x.shape[d] != self.features:
             raise ValueError(
                 f"Expected the input's size along dim={self.dim} to be features={self.features}, "
