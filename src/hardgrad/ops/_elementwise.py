@@ -210,29 +210,36 @@ def _clamp_between(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
     return torch.clamp(x, lo, hi)
 
 
-def _in_range(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+def _in_range(x: Tensor, lo: Tensor, hi: Tensor, float_masks: bool) -> Tensor:
     """Where ``x`` gets the gradient, as torch.clamp's backward: ``lo <= x <= hi`` (so
-    never where ``lo > hi``, nor for NaN). On small eager tensors the masks are 0/1 in
-    ``x``'s dtype, as :func:`saved_mask` writes them (a bool result costs 6.9 against
-    1.7 µs on 16,384 floats, and a bool times a float 8.7 against 2.2 µs)."""
-    if keeps_float_mask(x):
-        return saved_mask(torch.ge, x, lo, x.dtype).mul_(saved_mask(torch.le, x, hi, x.dtype))
+    never where ``lo > hi``, nor for NaN). With ``float_masks`` (small eager tensors,
+    :func:`keeps_float_mask`) the masks are 0/1 in ``x``'s dtype, as :func:`saved_mask`
+    writes them (a bool result costs 6.9 against 1.7 µs on 16,384 floats, and a bool times a
+    float 8.7 against 2.2 µs)."""
+    if float_masks:
+        return _float_mask(torch.ge, x, lo).mul_(_float_mask(torch.le, x, hi))
     return storable_mask((x >= lo) & (x <= hi))
 
 
-def _lower_mask(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+def _lower_mask(x: Tensor, lo: Tensor, hi: Tensor, float_masks: bool) -> Tensor:
     """Where ``lo`` gets the gradient, as torch.clamp's backward: ``x < lo < hi``."""
-    if keeps_float_mask(x):
-        return saved_mask(torch.lt, x, lo, x.dtype).mul_(torch.lt(lo, hi).to(x.dtype))
+    if float_masks:
+        return _float_mask(torch.lt, x, lo).mul_(torch.lt(lo, hi).to(x.dtype))
     return storable_mask((x < lo) & (lo < hi))
 
 
-def _upper_mask(x: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+def _upper_mask(x: Tensor, lo: Tensor, hi: Tensor, float_masks: bool) -> Tensor:
     """Where ``hi`` gets the gradient, as torch.clamp's backward: ``x > hi`` or ``hi < lo``
     (crossed bounds give ``y = hi``)."""
-    if keeps_float_mask(x):
-        return torch.maximum(saved_mask(torch.gt, x, hi, x.dtype), torch.lt(hi, lo).to(x.dtype))
+    if float_masks:
+        return torch.maximum(_float_mask(torch.gt, x, hi), torch.lt(hi, lo).to(x.dtype))
     return storable_mask((x > hi) | (hi < lo))
+
+
+def _float_mask(compare: Any, x: Tensor, bound: Tensor) -> Tensor:
+    """``compare(x, bound)`` written straight as 0/1 in ``x``'s dtype (:func:`saved_mask`'s
+    small form, for callers that decided the form once)."""
+    return compare(x, bound, out=torch.empty_like(x))
 
 
 @cached_signature
@@ -243,7 +250,7 @@ class _ClampFixedTensorBounds(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, lo: Tensor, hi: Tensor, identity: bool) -> tuple[Tensor, Tensor]:
-        return _clamp_between(x, lo, hi), _in_range(x, lo, hi)
+        return _clamp_between(x, lo, hi), _in_range(x, lo, hi, keeps_float_mask(x))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -271,9 +278,10 @@ class _ClampTensorBounds(torch.autograd.Function):
         x: Tensor, lo: Tensor, hi: Tensor, identity: bool, learns: tuple[bool, bool]
     ) -> tuple[Tensor, ...]:
         unused = x.new_empty(0)
-        keep = unused if identity else _in_range(x, lo, hi)
-        below = _lower_mask(x, lo, hi) if learns[0] else unused
-        above = _upper_mask(x, lo, hi) if learns[1] else unused
+        float_masks = keeps_float_mask(x)  # (decided once for the three masks)
+        keep = unused if identity else _in_range(x, lo, hi, float_masks)
+        below = _lower_mask(x, lo, hi, float_masks) if learns[0] else unused
+        above = _upper_mask(x, lo, hi, float_masks) if learns[1] else unused
         return _clamp_between(x, lo, hi), keep, below, above
 
     @staticmethod
