@@ -178,3 +178,23 @@ def test_a_smooth_surrogate_keeps_the_function():
     x = torch.randn(64, requires_grad=True)
     assert _node(hg.sign(x, surrogate="tanh")) not in NATIVE_NODES
     assert _node(hg.straight_through(torch.sign, "tanh")(x)) not in NATIVE_NODES
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_the_same_gradient(reentrant):
+    """torch.utils.checkpoint reruns the forward in backward: the native nodes (and the
+    values written into them outside autograd) must give the gradient of the plain run."""
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(32, 32, generator=g, requires_grad=True)
+    x = torch.randn(16, 32, generator=g, requires_grad=True)
+
+    def block(t: torch.Tensor) -> torch.Tensor:
+        h = hg.clamp(hg.round(t @ w * 2) / 2, -1.0, 1.0)
+        h = hg.straight_through(torch.sign)(h * 1.5)
+        return (hg.quantize(h, 0.25, quant_min=-4, quant_max=3) ** 2).sum()
+
+    block(x).backward()  # (reentrant checkpointing works with .backward() only)
+    plain = (w.grad.clone(), x.grad.clone())
+    w.grad = x.grad = None
+    torch.utils.checkpoint.checkpoint(block, x, use_reentrant=reentrant).backward()
+    assert torch.equal(w.grad, plain[0]) and torch.equal(x.grad, plain[1])
