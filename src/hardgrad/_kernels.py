@@ -93,9 +93,17 @@ def mask_condition(mask: Tensor) -> Tensor:
     return mask if mask.dtype == torch.bool else mask.to(torch.float32) != 0
 
 
+#: ``finfo(dtype).max / 4`` of the floating dtypes (:func:`finite`'s stand-in for infinity),
+#: read without a ``finfo`` call.
+_QUARTER_MAX = {
+    dtype: torch.finfo(dtype).max / 4
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+}
+
+
 def finite(x: Tensor) -> Tensor:
     """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
-    big = torch.finfo(x.dtype).max / 4
+    big = _QUARTER_MAX.get(x.dtype) or torch.finfo(x.dtype).max / 4
     if torch.compiler.is_compiling():
         # Same values; inductor fuses this form well, where nan_to_num makes the fused
         # softmax kernel several times slower on CPU.
@@ -109,7 +117,7 @@ def argmax(x: Tensor, dim: int) -> Tensor:
     index (documented so, and checked by the tests on ties, signed zeros, infinities and
     NaN) from a faster kernel: 3.5 vs 5.8 µs on (64, 64), 2.3 vs 2.7 ms on (65536, 64),
     3.5 vs 11.7 µs along dim 0."""
-    if x.device.type == "cpu" and eager_plain(x):
+    if x.is_cpu and eager_plain(x):  # (is_cpu: no device object made, 0.2 µs less)
         return torch.max(x, dim, keepdim=True).indices
     if torch.compiler.is_compiling():
         return _first_max_index(x, dim)

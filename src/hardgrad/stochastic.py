@@ -101,7 +101,7 @@ def check_probs(
     if categorical:
         deviation = (q.to(torch.float64).sum(dim) - 1).abs()
         stats.append(deviation.max())
-    if q.device.type == "cpu":  # no synchronisation to save: 0-d reads (8.7 -> 4.8 µs)
+    if q.is_cpu:  # no synchronisation to save: 0-d reads (8.7 -> 4.8 µs)
         values = [stat.item() for stat in stats]
     else:  # one synchronisation for all of them
         values = torch.stack([stat.to(torch.float64) for stat in stats]).tolist()
