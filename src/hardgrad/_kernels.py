@@ -42,16 +42,26 @@ _CACHED: dict[tuple[Any, ...], Tensor] = {}
 _MAX_CACHED = 256
 
 
+K = TypeVar("K")
+
+
+def remember(cache: dict[K, T], key: K, value: T, limit: int) -> T:
+    """Store ``value`` under ``key`` in ``cache`` and return it; a cache holding ``limit``
+    entries is emptied first (the per-call caches of checked settings and constants: a
+    handful of keys in a training loop, never an unbounded growth)."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def cached_tensor(key: tuple[Any, ...], make: Callable[[], Tensor]) -> Tensor:
     """``make()``, made once per ``key`` and kept (never modify the result). Made outside
     inference mode, so that later calls that record autograd can use it."""
     found = _CACHED.get(key)
     if found is None:
         with torch.inference_mode(False):
-            found = make()
-        if len(_CACHED) >= _MAX_CACHED:
-            _CACHED.clear()
-        _CACHED[key] = found
+            found = remember(_CACHED, key, make(), _MAX_CACHED)
     return found
 
 

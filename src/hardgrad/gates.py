@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._kernels import cast, eager_plain, opmath
+from ._kernels import cast, eager_plain, opmath, remember
 from ._validation import check_floating, check_positive, check_real
 from .estimators._base import uniform
 
@@ -128,9 +128,8 @@ def _eager_constants(
                 torch.tensor(value, dtype=like.dtype, device=like.device)
                 for value in (beta, zeta - gamma, gamma, beta * math.log(-gamma / zeta))
             )
-        if len(_EAGER_CONSTANTS) >= _MAX_EAGER_CONSTANTS:
-            _EAGER_CONSTANTS.clear()
-        found = _EAGER_CONSTANTS[key] = (b, span, g, shift, info.tiny, 1 - info.eps)
+        found = (b, span, g, shift, info.tiny, 1 - info.eps)
+        remember(_EAGER_CONSTANTS, key, found, _MAX_EAGER_CONSTANTS)
     return found
 
 

@@ -64,8 +64,15 @@ def saved_mask(
     small op's forward and backward. The gradient is the same bit for bit.
     """
     if keeps_float_mask(a):
-        return compare(a, b, out=torch.empty_like(a, dtype=dtype))
+        return float_mask(compare, a, b, dtype)
     return compare(a, b)
+
+
+def float_mask(
+    compare: Callable[..., Tensor], a: Tensor, b: Tensor | float, dtype: torch.dtype
+) -> Tensor:
+    """``compare(a, b)`` written straight as 0/1 in ``dtype`` (eager mode: ``out=``)."""
+    return compare(a, b, out=torch.empty_like(a, dtype=dtype))
 
 
 def masked(grad: Tensor, keep: Tensor) -> Tensor:
@@ -79,7 +86,7 @@ def masked(grad: Tensor, keep: Tensor) -> Tensor:
 def float_compare(compare: Callable[..., Tensor], x: Tensor, value: float) -> Tensor:
     """``compare(x, value)`` as 0/1 in ``x``'s dtype, written straight in that dtype."""
     if eager_plain(x):
-        return compare(x, constant(value, x), out=torch.empty_like(x))
+        return float_mask(compare, x, constant(value, x), x.dtype)
     return compare(x, value).to(x.dtype)
 
 

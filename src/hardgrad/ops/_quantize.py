@@ -9,7 +9,15 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import cast, constant, eager_plain, mask_condition, opmath_dtype, storable_mask
+from .._kernels import (
+    cast,
+    constant,
+    eager_plain,
+    mask_condition,
+    opmath_dtype,
+    remember,
+    storable_mask,
+)
 from .._validation import (
     check_broadcastable_to,
     check_floating,
@@ -735,9 +743,7 @@ def quantize(
         )
         plan = (identity, forward)
         if plan_key is not None:
-            if len(_NUMBER_PLANS) >= _MAX_PLANS:
-                _NUMBER_PLANS.clear()
-            _NUMBER_PLANS[plan_key] = plan
+            remember(_NUMBER_PLANS, plan_key, plan, _MAX_PLANS)
         return _apply_plan(x, plan)
     scale_t = _qparam(scale, "scale", x, dtype)
     if value_checks_apply(scale_t):

@@ -7,7 +7,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import argmax, cast, eager_plain, finite, one_hot, opmath, opmath_dtype, softmax_vjp
+from .._kernels import (
+    argmax,
+    cast,
+    eager_plain,
+    finite,
+    one_hot,
+    opmath,
+    opmath_dtype,
+    remember,
+    softmax_vjp,
+)
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature, forward_mode
 
@@ -36,10 +46,9 @@ def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, flo
         key = (x.dtype, x.dim(), dim, type(tau), tau)  # (only floating dtypes get an entry)
         checked = _CHECKED_SETTINGS.get(key)
         if checked is None:
-            checked = _check_settings(x, dim, tau, name)
-            if len(_CHECKED_SETTINGS) >= _MAX_CHECKED_SETTINGS:
-                _CHECKED_SETTINGS.clear()
-            _CHECKED_SETTINGS[key] = checked
+            checked = remember(
+                _CHECKED_SETTINGS, key, _check_settings(x, dim, tau, name), _MAX_CHECKED_SETTINGS
+            )
     else:
         checked = _check_settings(x, dim, tau, name)
     if x.shape[checked[0]] == 0:
