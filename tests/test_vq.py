@@ -90,14 +90,19 @@ def test_ties_and_duplicates_go_to_the_lowest_index():
     assert int(idx.max()) < 300
 
 
+@pytest.mark.parametrize("direct", ["every code", "candidates"])
 @pytest.mark.parametrize("distance", ["l2", "cosine"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_screened_search_is_the_direct_argmin(distance, dtype, monkeypatch):
+def test_screened_search_is_the_direct_argmin(distance, dtype, direct, monkeypatch):
     """The matrix-product screen of the nearest-code search keeps every code that can be
     the direct form's argmin: the same indices as the direct distances of every pair, on
     data made to defeat it (a common offset a thousand times the spread, rows midway
     between two codes, duplicated codes, codes of very different norms), across blocks,
-    and on NaN rows (validation off)."""
+    and on NaN rows (validation off); the rows it leaves unsure decided over every code
+    and over their candidates only."""
+    from hardgrad import vq
+
+    limit = 1 << 40 if direct == "every code" else 0
     gen = torch.Generator().manual_seed(5)
     codes = torch.randn(64, 16, generator=gen, dtype=torch.float64)
     codes = torch.cat([codes, codes[:8], 1e-3 * codes[8:16], 30 * codes[16:24]]).to(dtype)
@@ -108,20 +113,28 @@ def test_screened_search_is_the_direct_argmin(distance, dtype, monkeypatch):
         torch.randn(300, 16, generator=gen, dtype=torch.float64) * 3,
     ]
     offset_codes = codes.double() * 1e-1 + 1e3
-    from hardgrad import vq
+    unsure = []
+    real_direct = vq._direct
 
+    def counting_direct(rows, codes, candidate, count, which, distance):
+        unsure.append(which.numel())
+        return real_direct(rows, codes, candidate, count, which, distance)
+
+    monkeypatch.setattr(vq, "_direct", counting_direct)
+    monkeypatch.setattr(vq, "_DIRECT_ALL_MAX_TERMS", limit)
     for book in (codes, offset_codes.to(dtype)):
         z = torch.cat(rows).to(dtype)
         expected = vq._distances(z, book, distance).argmin(-1)
         assert torch.equal(vq._nearest_rows(z, book, distance), expected)
-        monkeypatch.setattr(vq, "_BLOCK", 7 * book.shape[0])  # 7 rows per block
-        assert torch.equal(vq._nearest_rows(z, book, distance), expected)
-        monkeypatch.undo()
+        with monkeypatch.context() as blocks:
+            blocks.setattr(vq, "_BLOCK", 7 * book.shape[0])  # 7 rows per block
+            assert torch.equal(vq._nearest_rows(z, book, distance), expected)
     z = torch.randn(6, 16, generator=gen, dtype=torch.float64).to(dtype)
     z[2] = math.nan
     z[4, 3] = math.inf
     expected = vq._distances(z, codes, distance).argmin(-1)
     assert torch.equal(vq._nearest_rows(z, codes, distance), expected)
+    assert sum(unsure) > 40  # the data did leave rows to the direct form
 
 
 def test_dim_moves_the_code_axis():
@@ -318,6 +331,56 @@ def test_bad_input_names_the_argument():
         hg.vector_quantize(z, codebook, dim=2)
     with pytest.raises(ValueError, match="finite `z`"):
         hg.vector_quantize(torch.tensor([[math.nan, 0.0, 0.0]]), codebook)
+
+
+@pytest.mark.parametrize("distance", ["l2", "cosine"])
+@pytest.mark.parametrize("estimator", ["st", "rotation", "gumbel"])
+@pytest.mark.parametrize("where", ["z", "codebook"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_inf_or_nan_anywhere_is_refused_and_huge_finite_values_are_not(
+    bad, where, estimator, distance
+):
+    """The nearest-code search reads its finiteness checks from the norms it computes
+    anyway: a non-finite value in any row or code is still refused, naming the argument
+    (``z`` first when both hold one), on either distance, one block or several, half
+    types included; finite values whose norms overflow are not refused; an empty ``z``
+    still has its codebook checked."""
+    z = torch.randn(300, 4, generator=_gen(0))
+    codebook = torch.randn(6, 4, generator=_gen(1))
+    target = z if where == "z" else codebook
+    target[-1, 2] = bad  # the last row: the last block when blocked
+    with pytest.raises(ValueError, match=f"finite `{where}`"):
+        hg.vector_quantize(z, codebook, estimator=estimator, distance=distance)
+    with pytest.raises(ValueError, match=f"finite `{where}`"):
+        hg.vector_quantize(z.half(), codebook.half(), estimator=estimator, distance=distance)
+    both = codebook.clone()
+    both[0, 0] = math.nan
+    with pytest.raises(ValueError, match="finite `z`" if where == "z" else "finite `codebook`"):
+        hg.vector_quantize(z, both, estimator=estimator, distance=distance)
+    if where == "codebook":
+        with pytest.raises(ValueError, match="finite `codebook`"):
+            hg.vector_quantize(z[:0], codebook, estimator=estimator, distance=distance)
+    hg.set_validation(False)  # refused only while validation is on
+    try:
+        hg.vector_quantize(z, codebook, estimator=estimator, distance=distance)
+    finally:
+        hg.set_validation(True)
+    # finite, with norms that overflow float32: accepted, and the nearest code is right
+    huge_z = torch.tensor([[3e38, 3e38, 0.0, 0.0], [0.1, 0.2, 0.3, 0.4]])
+    huge_codes = torch.tensor([[3e38, 3e38, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    if estimator != "gumbel":  # (the Gumbel logits of such distances are inf)
+        _, idx = hg.vector_quantize(huge_z, huge_codes, estimator=estimator, distance=distance)
+        assert idx.tolist() == [0, 1 if distance == "l2" else 0]
+
+
+def test_blocked_search_checks_every_block(monkeypatch):
+    from hardgrad import vq
+
+    monkeypatch.setattr(vq, "_BLOCK", 7 * 6)  # 7 rows per block
+    z = torch.randn(50, 4, generator=_gen(0))
+    z[45, 1] = math.inf
+    with pytest.raises(ValueError, match="finite `z`"):
+        hg.vector_quantize(z, torch.randn(6, 4, generator=_gen(1)))
 
 
 def test_codebook_usage():

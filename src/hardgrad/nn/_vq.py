@@ -242,11 +242,11 @@ class VectorQuantize(SettingsInState, nn.Module):
     def _update(self, rows: Tensor, indices: Tensor) -> None:
         """The usage counts and their moving average (and the EMA codebook); called
         without grad."""
-        if eager_plain(indices):  # one kernel (integer counts, exact), then one conversion
-            counts = torch.bincount(indices, minlength=self.num_codes).to(self.cluster_size.dtype)
+        counts = self.batch_counts
+        if eager_plain(indices):  # one kernel (integer counts, exact), converted as copied
+            counts.copy_(torch.bincount(indices, minlength=self.num_codes))
         else:  # bincount's size is data-dependent for the compiler
-            counts = torch.zeros(self.num_codes, device=rows.device, dtype=self.cluster_size.dtype)
-            counts.index_add_(
+            counts.zero_().index_add_(
                 0, indices, torch.ones(indices.shape, device=rows.device, dtype=counts.dtype)
             )
         sums = None
@@ -258,10 +258,9 @@ class VectorQuantize(SettingsInState, nn.Module):
             torch.distributed.all_reduce(counts)
             if sums is not None:
                 torch.distributed.all_reduce(sums)
-        self.batch_counts.copy_(counts)
         if not self.training:
             return
-        self.cluster_size.mul_(self.decay).add_(counts, alpha=1 - self.decay)
+        self.cluster_size.lerp_(counts, 1 - self.decay)  # decay N + (1 - decay) n
         if sums is not None:
             self.embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
             total = self.cluster_size.sum()
