@@ -105,9 +105,10 @@ def tol(dtype: torch.dtype) -> dict[str, float]:
 @pytest.fixture(scope="module", params=["native", "function"])
 def autograd_route(request: pytest.FixtureRequest) -> Any:
     """Both ways an identity or masked op records its backward on a small CPU tensor:
-    autograd's own nodes (``"native"``, the default below
-    ``hardgrad.ops._autograd.NATIVE_NODE_MAX_NUMEL`` elements) and the Python Function
-    (``"function"``, forced by a threshold of 0), which larger tensors, CUDA and
+    autograd's own nodes (``"native"``, the default up to
+    ``hardgrad.ops._autograd.NATIVE_NODE_MAX_NUMEL`` elements, and torch's own clamp for
+    tensor bounds up to ``NATIVE_CLAMP_MAX_NUMEL``) and the Python Function (``"function"``,
+    forced by thresholds of 0), which larger tensors, CUDA and
     ``torch.func``/``torch.compile`` take. Module-scoped (hypothesis refuses
     function-scoped fixtures), so a module that uses it runs once per route."""
     import hardgrad.ops._autograd as autograd_module
@@ -115,6 +116,7 @@ def autograd_route(request: pytest.FixtureRequest) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "function":
             patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+            patch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
         yield request.param
 
 
@@ -124,6 +126,7 @@ def function_route(monkeypatch: pytest.MonkeyPatch) -> None:
     import hardgrad.ops._autograd as autograd_module
 
     monkeypatch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+    monkeypatch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
 
 
 @pytest.fixture

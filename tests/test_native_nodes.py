@@ -98,6 +98,7 @@ def _both_routes(fn, monkeypatch):
     native = fn()
     with monkeypatch.context() as patch:
         patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+        patch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
         function = fn()
     return native, function
 
@@ -198,3 +199,62 @@ def test_activation_checkpointing_recomputes_the_same_gradient(reentrant):
     w.grad = x.grad = None
     torch.utils.checkpoint.checkpoint(block, x, use_reentrant=reentrant).backward()
     assert torch.equal(w.grad, plain[0]) and torch.equal(x.grad, plain[1])
+
+
+# --------------------------------------------------------------------------- tensor bounds
+
+CLAMP_LIMIT = autograd_module.NATIVE_CLAMP_MAX_NUMEL
+
+
+def _clamp_case(n: int, dtype: torch.dtype, learns: tuple[bool, bool]):
+    """x with inf, NaN and -0.0; per-channel bounds (8 channels) of which some cross."""
+    x = _input(n, dtype)
+    g = torch.Generator().manual_seed(3)
+    lo = (torch.rand(8, 1, generator=g, dtype=torch.float64) - 1.5).to(dtype)
+    hi = (torch.rand(8, 1, generator=g, dtype=torch.float64) + 0.5).to(dtype)
+    lo[2], hi[2] = 1.0, -1.0  # crossed: y = hi, no entry in range
+    lo[5] = hi[5] = 0.25  # equal bounds
+    lo.requires_grad_(learns[0])
+    hi.requires_grad_(learns[1])
+    return x.view(8, -1), lo, hi
+
+
+@pytest.mark.parametrize("learns", [(False, False), (True, False), (False, True), (True, True)])
+def test_tensor_bound_clamp_is_torch_clamp_on_small_tensors(learns, dtype, monkeypatch):
+    """Up to NATIVE_CLAMP_MAX_NUMEL elements a masked clamp with tensor bounds is torch's
+    own (one C++ node): the Function's values and gradients (x's and the learned bounds'),
+    bit for bit for finite incoming gradients, crossed and equal bounds, inf, NaN and -0.0
+    in x included (the sign of a NaN value and of a zero gradient aside); above the limit,
+    and with the identity surrogate, the Function."""
+    x, lo, hi = _clamp_case(CLAMP_LIMIT, dtype, learns)
+    upstream = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    upstream = upstream.to(dtype)
+    inputs = [t for t in (x, lo, hi) if t.requires_grad]
+
+    def run():
+        y = hg.clamp(x, lo, hi)
+        return (_node(y), y.detach(), *torch.autograd.grad(y, inputs, upstream))
+
+    (node_n, *native), (node_f, *function) = _both_routes(run, monkeypatch)
+    assert node_n.startswith("ClampBackward") and not node_f.startswith("ClampBackward")
+    y_n, *grads_n = native
+    y_f, *grads_f = function
+    assert torch.equal(y_n.isnan(), y_f.isnan())
+    assert _same(y_n, y_f.where(y_f.isnan().logical_not(), y_n))  # (a NaN's sign: y_n's)
+    for a, b in zip(grads_n, grads_f, strict=True):  # (zeros: + from torch's select,
+        assert torch.equal(a, b)  # the sign of the product on the Function)
+    big, lo_big, hi_big = _clamp_case(CLAMP_LIMIT + 8, dtype, learns)
+    assert not _node(hg.clamp(big, lo_big, hi_big)).startswith("ClampBackward")
+    assert not _node(hg.clamp(x, lo, hi, surrogate="identity")).startswith("ClampBackward")
+
+
+def test_tensor_bound_clamp_takes_torch_gradients_at_saturated_entries():
+    """The one difference between the routes, as documented: an inf or NaN incoming
+    gradient at a saturated entry gives 0 there on the native route (torch's clamp
+    selects) and NaN on the Function (the mask multiplies)."""
+    x = torch.tensor([-2.0, 0.5, 2.0], requires_grad=True)
+    hi = torch.tensor(1.0, requires_grad=True)
+    upstream = torch.tensor([math.inf, 1.0, math.nan])
+    (grad_x,) = torch.autograd.grad(hg.clamp(x, -1.0, hi), x, upstream)
+    assert grad_x.tolist() == [0.0, 1.0, 0.0]
+    assert torch.equal(grad_x, torch.autograd.grad(torch.clamp(x, -1.0, 1.0), x, upstream)[0])

@@ -331,6 +331,39 @@ def test_repeated_clamps_are_checked_like_first_ones():
         assert got.dtype == tensor.dtype and torch.equal(got, tensor)
 
 
+def test_repeated_tensor_bound_clamps_are_checked_like_first_ones():
+    """Small tensor-bound clamps (torch's clamp) reuse their checks too: every error still
+    comes on every call, a number bound keeps its exact type and zero sign, a bound of
+    another dtype is cast, and nothing is reused across shapes, dtypes or surrogates."""
+    x = torch.tensor([[-0.0, 0.0, -2.0, 3.0]], requires_grad=True)
+    alpha = torch.tensor(1.5, requires_grad=True)
+    for _ in range(2):
+        y = hg.clamp(x, 0.0, alpha)
+        assert torch.equal(y, torch.clamp(x, torch.tensor(0.0), alpha))
+        with pytest.raises(TypeError, match="`min`"):
+            hg.clamp(x, True, alpha)
+        with pytest.raises(ValueError, match="`min`"):
+            hg.clamp(x, NAN, alpha)
+        with pytest.raises(TypeError, match=r"`max`.*floating"):
+            hg.clamp(x, 0.0, torch.tensor(1))
+        with pytest.raises(ValueError, match="`max` to be broadcastable"):
+            hg.clamp(x, 0.0, torch.ones(2, 1))
+        with pytest.raises(ValueError, match="serves 'clamp' ops"):
+            hg.clamp(x, 0.0, alpha, surrogate="sigmoid")
+        with pytest.raises(TypeError, match="`x`"):
+            hg.clamp(x.detach().long(), 0.0, alpha)
+    for bound in (0.0, -0.0, 0.0):
+        got = hg.clamp(x, bound, alpha).detach()
+        assert torch.equal(got.signbit(), torch.clamp(x.detach(), min=bound).signbit())
+    for dtype in (torch.float64, torch.float32, torch.float64):
+        got = hg.clamp(x, 0.0, alpha.to(dtype))
+        assert got.dtype == torch.float32 and float(got.detach().max()) == 1.5
+    wide = x.detach().repeat(2, 1).requires_grad_()  # another shape: checked again
+    assert hg.clamp(wide, 0.0, alpha).shape == (2, 4)
+    with pytest.raises(ValueError, match="`max` to be broadcastable"):
+        hg.clamp(x, 0.0, torch.ones(3, 1))
+
+
 def test_repeated_selections_are_checked_like_first_ones():
     """one_hot_argmax and topk_mask reuse their checked (dim, tau): the errors still come on
     every call (an integer or empty tensor, a dim out of range, a bad tau, a bool dim)."""

@@ -17,6 +17,7 @@ from torch import Tensor
 from .. import surrogates as _surrogates
 from .._kernels import cast, constant, eager_plain, remember, storable_mask
 from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
+from . import _autograd
 from ._autograd import (
     HardFn,
     apply_function,
@@ -349,7 +350,10 @@ def clamp(
     ``min`` while ``min < max``, resp. above ``max`` or wherever ``max < min``, summed to
     their shape) with either surrogate; one mask is saved per bound that needs a gradient,
     and one for ``x`` with ``"masked"``. With tensor bounds where ``min > max``,
-    ``y = max`` as in torch and no entry is in range.
+    ``y = max`` as in torch and no entry is in range. On CPU tensors of at most 16,384
+    elements in eager mode, a masked clamp with tensor bounds *is* ``torch.clamp`` (its
+    C++ node, the fastest there inside a training step; it saves the input and bounds, no
+    mask), so there saturated entries get 0 whatever the incoming gradient.
 
     Args:
         x: a floating-point tensor.
@@ -372,6 +376,11 @@ def clamp(
         cached = _CLAMP_PLANS.get(key)
         if cached is not None:
             return cached(x)
+    native_key = _native_clamp_key(x, min, max, surrogate)
+    if native_key is not None:
+        constants = _NATIVE_CLAMPS.get(native_key)
+        if constants is not None:
+            return _native_clamp(x, min, max, constants)
     chosen = _surrogates.resolve(surrogate, family="clamp", op="clamp")
     lo, hi = _bound(min, "min", x), _bound(max, "max", x)
     if lo is None and hi is None:
@@ -385,6 +394,15 @@ def clamp(
             )
         lo_t = _bound_tensor(lo, -math.inf, x)
         hi_t = _bound_tensor(hi, math.inf, x)
+        if not identity and _autograd.eager_small_cpu(x, _autograd.NATIVE_CLAMP_MAX_NUMEL):
+            # torch's clamp: the same values and gradients, in one C++ node
+            if native_key is not None:
+                constants = (
+                    None if isinstance(lo, Tensor) else lo_t,
+                    None if isinstance(hi, Tensor) else hi_t,
+                )
+                remember(_NATIVE_CLAMPS, native_key, constants, _MAX_CLAMP_PLANS)
+            return torch.clamp(x, lo_t, hi_t)
         if lo_t.requires_grad or hi_t.requires_grad:
             learns = (lo_t.requires_grad, hi_t.requires_grad)
             y, *_ = apply_function(_ClampTensorBounds, x, lo_t, hi_t, identity, learns)
@@ -429,6 +447,47 @@ def _clamp_plan_key(x: Tensor, min: Any, max: Any, surrogate: Any) -> tuple[Any,
     ):
         return None
     return (x.dtype, type(min), min, _signbit(min), type(max), max, _signbit(max), surrogate)
+
+
+#: Checked tensor-bound clamps that took torch's clamp (small CPU tensors, eager mode), by
+#: :func:`_native_clamp_key`: the 0-d constants of their number bounds (None for a tensor
+#: bound). A repeated call (a learned PACT clipping level) skips the argument checks:
+#: 7.3 -> 5.5 µs forward on 4,096 elements (torch.clamp alone: 3.9).
+_NATIVE_CLAMPS: dict[tuple[Any, ...], tuple[Tensor | None, Tensor | None]] = {}
+
+
+def _native_clamp_key(x: Tensor, min: Any, max: Any, surrogate: Any) -> tuple[Any, ...] | None:
+    """The cache key of a clamp with a tensor bound that may reuse its checks on torch's
+    clamp, or ``None``: a small CPU ``x`` in eager mode (:func:`eager_small_cpu`), a
+    surrogate named by string, each bound a tensor (its shape, dtype and device in the key)
+    or an ``int``, ``float`` or ``None`` (as in :func:`_clamp_plan_key`), one a tensor."""
+    if type(surrogate) is not str or not _autograd.eager_small_cpu(
+        x, _autograd.NATIVE_CLAMP_MAX_NUMEL
+    ):
+        return None
+    lo, hi = _bound_key(min), _bound_key(max)
+    if lo is None or hi is None or (lo[0] is not Tensor and hi[0] is not Tensor):
+        return None
+    return (x.shape, x.dtype, x.device, surrogate, lo, hi)
+
+
+def _bound_key(value: Any) -> tuple[Any, ...] | None:
+    if isinstance(value, Tensor):
+        return (Tensor, value.shape, value.dtype, value.device)
+    if type(value) in _BOUND_TYPES:
+        return (type(value), value, _signbit(value))
+    return None
+
+
+def _native_clamp(
+    x: Tensor, min: Any, max: Any, constants: tuple[Tensor | None, Tensor | None]
+) -> Tensor:
+    """torch's clamp of ``x`` with the bounds :func:`clamp` checked before: a tensor bound
+    cast to ``x``'s dtype, a number as its cached 0-d constant."""
+    lo, hi = constants
+    return torch.clamp(
+        x, cast(min, x.dtype) if lo is None else lo, cast(max, x.dtype) if hi is None else hi
+    )
 
 
 def _signbit(value: float | None) -> bool:
