@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import hardgrad as hg
+from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL
 
 Q_MIN, Q_MAX = -8, 7
 
@@ -69,18 +70,25 @@ def test_each_convention_against_its_float64_formula(in_range, zero_point, dtype
         assert torch.equal(xn.grad.double(), dx)
 
 
+@pytest.mark.parametrize("size", ["small", "large"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
 @pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
-def test_learned_scale_recomputes_the_mask_in_backward(in_range, per_channel, dtype, assert_same):
-    """A scale that requires grad with a zero point of 0: the eager forward keeps no mask,
-    and the backward recomputes it from x (which it saves for the scale's gradient
-    anyway). The same output, x gradient and scale gradient, bit for bit, as the general
-    path (the zero point passed as a tensor: mask made in forward, partials by
-    ``torch.where``), on the half-step bands, NaN and +-inf; and only x and the scale are
-    saved."""
+def test_learned_scale_mask_and_partial_in_eager(in_range, per_channel, size, dtype, assert_same):
+    """A scale that requires grad with a zero point of 0, in eager mode. Below
+    MASK_CONVERT_MIN_NUMEL elements the forward computes the mask and the scale's partial
+    from its x/s and keeps them (two tensors of x's size, not x); from there on it keeps no
+    mask, and the backward recomputes it from x (which it saves for the scale's gradient
+    anyway). Either way the same output, x gradient and scale gradient, bit for bit, as
+    the general path (the zero point passed as a tensor: mask made in forward, partials by
+    ``torch.where``), on the half-step bands, NaN and +-inf."""
     scale = 0.25
     row = torch.cat([_band_inputs(scale), torch.tensor([math.nan, math.inf, -math.inf])])
+    if size == "large":  # (the NaN and infinities stay at the end of each row)
+        row = torch.cat(
+            [row[:-3].repeat(MASK_CONVERT_MIN_NUMEL // len(row[:-3]) // 3 + 1), row[-3:]]
+        )
     x = torch.stack([row, row * 0.5, -row]).to(dtype)
+    assert (x.numel() < MASK_CONVERT_MIN_NUMEL) == (size == "small")
     g = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape).to(dtype)
     s0 = (
         torch.tensor([[scale], [scale * 1.5], [scale * 0.75]])
@@ -99,14 +107,17 @@ def test_learned_scale_recomputes_the_mask_in_backward(in_range, per_channel, dt
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y = hg.quantize(xr, s, zero_point, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range)
         y.backward(g)
-        large = {t.data_ptr() for t in saved if t.numel() > s.numel()}  # not the scale
-        results.append((y.detach(), xr.grad, s.grad, large == {xr.data_ptr()}))
-    (y, dx, ds, only_x), (y_ref, dx_ref, ds_ref, _) = results
+        large = [t for t in saved if t.numel() > s.numel()]  # not the scale
+        results.append((y.detach(), xr.grad, s.grad, large, xr.data_ptr()))
+    (y, dx, ds, large, x_ptr), (y_ref, dx_ref, ds_ref, _, _) = results
     assert_same(y, y_ref)
     assert_same(dx, dx_ref)
     assert_same(ds, ds_ref)
     assert ds.isnan().all()  # NaN inputs give a NaN scale gradient, as torch's kernels do
-    assert only_x  # no mask (the general path saves one besides)
+    if size == "large":  # x alone, no mask (the general path saves one besides)
+        assert {t.data_ptr() for t in large} == {x_ptr}
+    else:  # the mask and the partial, not x
+        assert len(large) == 2 and x_ptr not in {t.data_ptr() for t in large}
     # Without the NaN column, the scale gradient against the float64 formula.
     finite = x[:, :-3]
     xr, s = finite.clone().requires_grad_(), s0.clone().requires_grad_()
@@ -232,6 +243,23 @@ def test_a_grid_beyond_float16_is_an_error_not_inf(scale):
         hg.quantize(x, torch.tensor(scale))
     with pytest.raises(ValueError, match="`x`'s dtype"):
         hg.quantize(x, 1.0, torch.tensor(-70000.0), quant_min=-128, quant_max=127)
+
+
+def test_per_channel_scales_are_checked_channel_by_channel():
+    """Per-channel scales are read by their extremes: the largest decides whether the
+    grid fits (wherever it sits), the smallest whether every scale is a normal number,
+    and the error lists the offending values."""
+    x = torch.tensor([[65504.0, 1.0]] * 3, dtype=torch.float16)
+    for position in range(3):
+        scales = torch.full((3, 1), 2.0)
+        scales[position] = 1000.0  # 128 * 1000 > 65504
+        with pytest.raises(ValueError, match="`x`'s dtype"):
+            hg.quantize(x, scales)
+        scales[position] = 511.0  # fits
+        assert bool(torch.isfinite(hg.quantize(x, scales)).all())
+        scales[position] = 1e-45  # subnormal in float32
+        with pytest.raises(ValueError, match=r"`scale` > 0.*1\.4"):
+            hg.quantize(x, scales)
 
 
 def test_the_largest_grid_that_fits_float16_is_accepted_and_finite():
@@ -385,3 +413,15 @@ def test_compiling_an_uninitialised_module_initialises_it_outside_the_graph():
     assert torch.equal(compiled(x), eager(x))
     assert compiled_module.initialized and torch.equal(compiled_module.scale, eager.scale)
     torch._dynamo.reset()
+
+
+def test_learned_scale_backward_twice_on_a_retained_graph():
+    """The small-tensor path keeps its mask and partial from forward: a second backward of
+    a retained graph must find them unchanged (the same gradients again)."""
+    x = torch.linspace(-3.0, 3.0, 96).reshape(8, 12).requires_grad_()
+    scale = torch.full((8, 1), 0.3, requires_grad=True)
+    y = hg.quantize(x, scale, quant_min=-4, quant_max=3, grad_scale=0.5)
+    g = torch.linspace(-1.0, 1.0, 96).reshape(8, 12)
+    first = torch.autograd.grad(y, (x, scale), g, retain_graph=True)
+    second = torch.autograd.grad(y, (x, scale), g)
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
