@@ -307,7 +307,7 @@ def _lsq_backward_from_partial(
     raw: Tensor,
     step: Tensor,
     factor: Tensor | float,
-) -> tuple[Tensor | None, Tensor | None, None]:
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     r"""The gradients of ``(x, scale)`` from the mask and :math:`\partial y/\partial s`
     that :func:`_quantized_with_partial` made in forward (neither modified here: a
     retained graph's second backward reads them again)."""
