@@ -425,3 +425,99 @@ def test_learned_scale_backward_twice_on_a_retained_graph():
     first = torch.autograd.grad(y, (x, scale), g, retain_graph=True)
     second = torch.autograd.grad(y, (x, scale), g)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize("learns", ["both", "scale", "zero_point"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+def test_learned_zero_point_small_path_is_the_general_one_bit_for_bit(
+    in_range, per_channel, learns, dtype, assert_same, monkeypatch
+):
+    """Below MASK_CONVERT_MIN_NUMEL elements a learned zero point's mask and partials come
+    from forward's own x/s, by arithmetic (``lerp`` picks an end exactly); above it
+    backward computes them with ``torch.where``. Forced onto the second path, the small
+    tensor gives the same output and gradients bit for bit: integral and non-integral
+    zero points, the half-step bands (of the non-integral level too), NaN, +-inf, -0.0."""
+    from hardgrad.ops import _quantize
+
+    scale, zp = 0.25, -1.3
+    row = torch.cat(
+        [
+            _band_inputs(scale),
+            _band_inputs(scale, zp),
+            torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e30, -1e30]),
+        ]
+    )
+    x = torch.stack([row, row * 0.5, -row]).to(dtype)
+    g = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape).to(dtype)
+    if per_channel:
+        s0, z0 = (
+            torch.tensor([[scale], [scale * 1.5], [scale * 0.75]]),
+            torch.tensor([[zp], [2.0], [0.0]]),
+        )
+    else:
+        s0, z0 = torch.tensor(scale), torch.tensor(zp)
+
+    def run():
+        xr = x.clone().requires_grad_()
+        s = s0.clone().requires_grad_(learns != "zero_point")
+        z = z0.clone().requires_grad_(learns != "scale")
+        y = hg.quantize(
+            xr, s, z, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range, grad_scale=0.5
+        )
+        wanted = [t for t in (xr, s, z) if t.requires_grad]
+        return (y.detach(), *torch.autograd.grad(y, wanted, g))
+
+    small = run()
+    with monkeypatch.context() as patch:
+        patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", 0)  # the general path
+        general = run()
+    assert len(small) == len(general)
+    for a, b in zip(small, general, strict=True):
+        assert_same(a, b)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+def test_affine_partials_by_arithmetic_equal_the_where_form(in_range, per_channel, dtype):
+    """The eager zero-point partials (arithmetic, ``lerp`` choosing an end) against the
+    ``torch.where`` form that compile and transforms use, bit for bit: random inputs over
+    the whole range (every mantissa pattern of t - x/s next to a large c - z), the bands,
+    NaN, +-inf, -0.0 and values beyond any level, integral and non-integral zero points."""
+    from types import SimpleNamespace
+
+    from hardgrad.ops import _quantize
+
+    gen = torch.Generator().manual_seed(7)
+    scale, zp = 0.25, -1.3
+    row = torch.cat(
+        [
+            torch.randn(400, generator=gen, dtype=torch.float64) * 3,
+            _band_inputs(scale),
+            _band_inputs(scale, zp),
+            torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e30, -1e30], dtype=torch.float64),
+        ]
+    )
+    x = torch.stack([row, row * 0.5, -row]).to(dtype)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    if per_channel:
+        step = torch.tensor([[scale], [scale * 1.5], [scale * 0.75]], dtype=compute)
+        zero_point = torch.tensor([[zp], [2.0], [0.0]], dtype=compute)
+    else:
+        step, zero_point = torch.tensor(scale, dtype=compute), torch.tensor(zp, dtype=compute)
+    inverse = torch.reciprocal(step)
+    bounds = (Q_MIN, Q_MAX)
+    unrounded = in_range == "unrounded"
+    keep, dy_ds, dy_dz, offset = _quantize._affine_partials(
+        x, inverse, step, zero_point, bounds, unrounded
+    )
+    want_y, want_keep = _quantize._fake_quantize(x, step, inverse, zero_point, *bounds, unrounded)
+    assert torch.equal(keep.bool(), _quantize.mask_condition(want_keep))
+    ctx = SimpleNamespace(bounds=bounds, unrounded=unrounded)
+    want_ds, want_dz = _quantize._qparam_partials(ctx, want_keep, x, step, zero_point)
+    y = (offset * step).to(dtype)
+    for got, want in ((y, want_y), (dy_ds, want_ds), (dy_dz, want_dz)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got.isnan(), want.isnan())
+        same = got.nan_to_num() == want.nan_to_num()
+        assert bool(same.all()), (got[~same][:5], want[~same][:5])

@@ -244,14 +244,16 @@ class _FakeQuantize(torch.autograd.Function):
     ) -> Tensor:
         step = _step(scale, step_bounds, _compute_dtype(x.dtype))
         inverse = torch.reciprocal(step)  # (what 1.0 / step computes)
-        keep = partial = None
+        keep = partial = partial_z = None
         learns = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        if not mask_in_forward:  # (plain eager, zero point 0: see _mask_in_forward)
-            if learns and x.numel() < MASK_CONVERT_MIN_NUMEL:
-                bounds = (quant_min, quant_max)
-                y, keep, partial = _quantized_with_partial(x, step, inverse, bounds, unrounded)
-            else:
-                y = _quantized_values(x, step, inverse, quant_min, quant_max)
+        bounds = (quant_min, quant_max)
+        if learns and x.numel() < MASK_CONVERT_MIN_NUMEL and plain_apply():
+            # Small: the mask and the partials from forward's own x/s (_partials_in_forward)
+            y, keep, partial, partial_z = _quantized_with_partials(
+                x, step, inverse, zero_point, bounds, unrounded, ctx.needs_input_grad[1:3]
+            )
+        elif not mask_in_forward:  # (plain eager, zero point 0: see _mask_in_forward)
+            y = _quantized_values(x, step, inverse, quant_min, quant_max)
         else:
             y, keep = _fake_quantize(x, step, inverse, zero_point, quant_min, quant_max, unrounded)
             keep = storable_mask(keep)
@@ -260,8 +262,11 @@ class _FakeQuantize(torch.autograd.Function):
             factor = _lsq_factor(scale, step, grad_scale, step_bounds)
             ctx.factor = None if isinstance(factor, Tensor) else factor
             factor_t = factor if isinstance(factor, Tensor) else None
-            kept_x = None if partial is not None else x
-            ctx.save_for_backward(keep, kept_x, scale, zero_point, step, inverse, factor_t, partial)
+            from_partials = partial is not None or partial_z is not None
+            kept_x = None if from_partials else x
+            ctx.save_for_backward(
+                keep, kept_x, scale, zero_point, step, inverse, factor_t, partial, partial_z
+            )
         elif not identity:
             ctx.save_for_backward(keep)
         return y
@@ -270,10 +275,12 @@ class _FakeQuantize(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         saved = ctx.saved_tensors
         if len(saved) > 1:
-            keep, x, raw, zero_point, step, inverse, factor, partial = saved
+            keep, x, raw, zero_point, step, inverse, factor, partial, partial_z = saved
             factor = ctx.factor if factor is None else factor
-            if partial is not None:  # small LSQ: forward computed the mask and the partial
-                grads = _lsq_backward_from_partial(ctx, grad, keep, partial, raw, step, factor)
+            if partial is not None or partial_z is not None:  # small: made in forward
+                grads = _lsq_backward_from_partials(
+                    ctx, grad, keep, (partial, partial_z), raw, zero_point, step, factor
+                )
             else:
                 grads = _lsq_backward(ctx, grad, keep, x, raw, zero_point, step, inverse, factor)
         else:
@@ -299,23 +306,32 @@ def _save_settings(
     ctx.bounds = (quant_min, quant_max)
 
 
-def _lsq_backward_from_partial(
+def _lsq_backward_from_partials(
     ctx: Any,
     grad: Tensor,
     keep: Tensor,
-    partial: Tensor,
+    partials: tuple[Tensor | None, Tensor | None],
     raw: Tensor,
+    zero_point: Tensor | None,
     step: Tensor,
     factor: Tensor | float,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    r"""The gradients of ``(x, scale)`` from the mask and :math:`\partial y/\partial s`
-    that :func:`_quantized_with_partial` made in forward (neither modified here: a
-    retained graph's second backward reads them again)."""
+    r"""The gradients of ``(x, scale, zero_point)`` from the mask and the partials
+    :math:`(\partial y/\partial s, \partial y/\partial z)` that
+    :func:`_quantized_with_partials` made in forward (none modified here: a retained
+    graph's second backward reads them again)."""
+    dy_ds, dy_dz = partials
     grad_x = grad if ctx.identity else grad * keep
-    grad_scale = _times_factor(torch.mul(partial, grad).sum_to_size(step.shape), factor)
-    if ctx.step_bounds is not None and not isinstance(factor, Tensor):
-        grad_scale = _step_sign(raw, grad_scale)
-    return grad_x, grad_scale, None
+    grad_scale = grad_zero_point = None
+    if dy_ds is not None:
+        grad_scale = _times_factor(torch.mul(dy_ds, grad).sum_to_size(step.shape), factor)
+        if ctx.step_bounds is not None and not isinstance(factor, Tensor):
+            grad_scale = _step_sign(raw, grad_scale)
+    if dy_dz is not None:
+        assert zero_point is not None
+        summed = torch.mul(dy_dz, grad).sum_to_size(zero_point.shape)
+        grad_zero_point = _times_factor(summed, ctx.grad_scale)
+    return grad_x, grad_scale, grad_zero_point
 
 
 def _times_factor(summed: Tensor, factor: Tensor | float) -> Tensor:
@@ -372,7 +388,12 @@ def _lsq_backward(
             else:
                 grad_scale = (dy_ds * g).sum_to_size(step.shape) * factor
         else:
-            dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
+            if eager_plain(g):  # the same partials, by arithmetic rather than torch.where
+                _, dy_ds, dy_dz, _ = _affine_partials(
+                    x, inverse, step, zero_point, ctx.bounds, ctx.unrounded
+                )
+            else:
+                dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
             if ctx.needs_input_grad[1]:
                 grad_scale = (g * dy_ds).sum_to_size(step.shape) * factor
             if ctx.needs_input_grad[2]:
@@ -412,15 +433,37 @@ def _quantized_values(
     return cast(y, x.dtype)
 
 
-def _quantized_with_partial(
+def _quantized_with_partials(
+    x: Tensor,
+    step: Tensor,
+    inverse: Tensor,
+    zero_point: Tensor | None,
+    bounds: tuple[int, int],
+    unrounded: bool,
+    needs: tuple[bool, bool],
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    r"""``(y, in_range, dy/ds, dy/dz)`` in one go, in plain eager mode on a small ``x`` whose
+    quantization parameters learn (``needs``: the scale's and the zero point's gradient):
+    :func:`_fake_quantize`'s ``y`` and mask and the partials of :func:`_lsq_backward`, bit
+    for bit, from one :math:`x/s`. Below 65,536 elements the kernels cost more than the
+    tensors kept: LSQ (zero point 0) takes 9 kernels in forward and 4 in backward against
+    5 and 13 (per-channel on 64 x 64, forward and backward: 57 -> 47 µs), a learned zero
+    point 13 and 7 against 7 and 21, four of them ``torch.where`` (162 -> µs).
+
+    The mask is 0/1 in ``x``'s dtype; the partials are in the compute dtype."""
+    if zero_point is None:
+        y, keep, dy_ds = _quantized_with_scale_partial(x, step, inverse, bounds, unrounded)
+        return y, keep, dy_ds, None
+    keep, dy_ds, dy_dz, offset = _affine_partials(x, inverse, step, zero_point, bounds, unrounded)
+    y = cast(torch.mul(offset, step), x.dtype)
+    return y, cast(keep, x.dtype), dy_ds if needs[0] else None, dy_dz if needs[1] else None
+
+
+def _quantized_with_scale_partial(
     x: Tensor, step: Tensor, inverse: Tensor, bounds: tuple[int, int], unrounded: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    r"""``(y, in_range, dy/ds)`` in one go for a learned scale, zero point 0, in plain eager
-    mode on a small ``x``: :func:`_quantized_values`' ``y`` and
-    :func:`_scale_partial_and_mask`'s mask and partial, bit for bit, from one :math:`x/s`.
-    Nine kernels in forward and four in backward, where computing the partial in backward
-    takes five and thirteen: below 65,536 elements the kernels cost more than the two
-    tensors kept (per-channel LSQ on 64 x 64, forward and backward: 57 -> 50 µs)."""
+    """:func:`_quantized_with_partials` for a zero point of 0: :func:`_quantized_values`'
+    ``y`` and :func:`_scale_partial_and_mask`'s mask and partial, bit for bit."""
     quant_min, quant_max = bounds
     wide = _wide_levels(bounds, x, inverse)
     if unrounded:
@@ -434,6 +477,46 @@ def _quantized_with_partial(
     y = torch.mul(level, step).add_(constant(0.0, level))  # +0.0 for round's -0.0
     partial = level.sub_(wide.mul_(keep))
     return cast(y, x.dtype), keep, partial
+
+
+def _affine_partials(
+    x: Tensor,
+    inverse: Tensor,
+    step: Tensor,
+    zero_point: Tensor,
+    bounds: tuple[int, int],
+    unrounded: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""``(in_range, dy/ds, dy/dz, c - z)`` of a fake quantization with a zero point, in plain
+    eager mode, in the compute dtype: :func:`_qparam_partials`' values bit for bit, with
+    arithmetic instead of ``torch.where`` (several times slower on CPU).
+
+    With :math:`u = x/s` (infinities replaced by the largest finite value, which changes no
+    decision and keeps every product finite), :math:`t = \operatorname{round}(u)`, the
+    level :math:`q = t + z` and :math:`c = \operatorname{clamp}(q, q_-, q_+)`: ``y`` is
+    :math:`(c - z)\,s`; in range :math:`\partial y/\partial s = t - u`, outside it the
+    bound crossed minus :math:`z` (:math:`c - z`, or for ``unrounded`` the clamp of
+    :math:`u + z` minus :math:`z`), chosen by ``lerp`` with the 0/1 mask as the weight,
+    which returns either end exactly; :math:`\partial y/\partial z = (m - 1)\,s`."""
+    quant_min, quant_max = bounds
+    largest = torch.finfo(inverse.dtype).max
+    scaled = torch.mul(cast(x, inverse.dtype), inverse).clamp_(-largest, largest)
+    rounded = torch.round(scaled)
+    level = torch.add(rounded, zero_point)
+    clamped = torch.clamp(level, quant_min, quant_max)
+    if unrounded:
+        side = torch.add(scaled, zero_point)
+        side_clamped = torch.clamp(side, quant_min, quant_max)
+        keep = float_mask(torch.eq, side, side_clamped, scaled.dtype)
+        outside = side_clamped.sub_(zero_point)
+    else:
+        keep = float_mask(torch.eq, level, clamped, scaled.dtype)
+    offset = clamped.sub_(zero_point)
+    if not unrounded:
+        outside = offset
+    dy_ds = torch.lerp(outside, rounded.sub_(scaled), keep)
+    dy_dz = torch.sub(keep, constant(1.0, keep)).mul_(step)
+    return keep, dy_ds, dy_dz, offset
 
 
 def _wide_levels(bounds: tuple[int, int], x: Tensor, inverse: Tensor) -> Tensor:
@@ -657,12 +740,16 @@ def _tensor_plan_key(
     in_range: Any,
 ) -> tuple[Any, ...] | None:
     """The cache key of a tensor-scale call whose checked settings may be reused, or
-    ``None``: a floating ``x`` and ``scale`` (their shapes, dtypes and devices in the key),
-    a number zero point of 0, and the other settings as in :func:`_plan_key`."""
+    ``None``: tensors ``x``, ``scale`` and (or a number 0) ``zero_point``, their shapes,
+    dtypes and devices in the key, and the other settings as in :func:`_plan_key`."""
+    if isinstance(zero_point, Tensor):
+        zero_key: tuple[Any, ...] = (Tensor, zero_point.shape, zero_point.dtype, zero_point.device)
+    elif type(zero_point) in _NUMBER_TYPES and zero_point == 0:
+        zero_key = (type(zero_point),)
+    else:
+        return None
     if (
         not isinstance(scale, Tensor)
-        or type(zero_point) not in _NUMBER_TYPES
-        or zero_point != 0
         or type(quant_min) is not int
         or type(quant_max) is not int
         or type(surrogate) is not str
@@ -679,7 +766,7 @@ def _tensor_plan_key(
         scale.shape,
         scale.dtype,
         scale.device,
-        type(zero_point),
+        zero_key,
         quant_min,
         quant_max,
         surrogate,
@@ -692,27 +779,29 @@ def _tensor_plan_key(
 def _apply_tensor_plan(
     x: Tensor,
     scale: Tensor,
+    zero_point: Tensor | float,
     quant_min: int,
     quant_max: int,
     settings: tuple[bool, float, bool, torch.dtype],
 ) -> Tensor:
-    """:func:`quantize` with a tensor scale and a zero point of 0, its arguments checked
-    (``settings``: what :data:`_TENSOR_PLANS` holds)."""
+    """:func:`quantize` with a tensor scale and a tensor zero point or 0, its arguments
+    checked (``settings``: what :data:`_TENSOR_PLANS` holds)."""
     identity, factor, unrounded, dtype = settings
     scale_t = cast(scale, dtype)
+    zero_point_t = cast(zero_point, dtype) if isinstance(zero_point, Tensor) else None
     if value_checks_apply(scale_t):
-        _check_tensor_grid(scale_t, None, quant_min, quant_max, x.dtype, dtype)
+        _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
     return _apply_fake_quantize(
         x,
         scale_t,
-        None,
+        zero_point_t,
         quant_min,
         quant_max,
         identity,
         factor,
         unrounded,
         None,
-        _mask_in_forward(x, scale_t, None, identity),
+        _mask_in_forward(x, scale_t, zero_point_t, identity),
     )
 
 
@@ -839,7 +928,7 @@ def quantize(
     )
     settings = _TENSOR_PLANS.get(tensor_key) if tensor_key is not None else None
     if settings is not None:  # (tensor_key: scale is a tensor; quant_min, quant_max ints)
-        return _apply_tensor_plan(x, scale, quant_min, quant_max, settings)  # type: ignore[arg-type]
+        return _apply_tensor_plan(x, scale, zero_point, quant_min, quant_max, settings)  # type: ignore[arg-type]
     check_floating(x, "x")
     unrounded = _check_in_range(in_range)
     chosen = _surrogates.resolve(surrogate, family="clamp", op="quantize")
@@ -888,11 +977,11 @@ def quantize(
         if plan_key is not None:
             remember(_NUMBER_PLANS, plan_key, plan, _MAX_PLANS)
         return _apply_plan(x, plan)
-    if tensor_key is not None and zero_point_t is None:
+    if tensor_key is not None:
         checked = (identity, factor, unrounded, dtype)
         _qparam(scale, "scale", x, dtype)  # (the checks, before anything is kept)
         remember(_TENSOR_PLANS, tensor_key, checked, _MAX_PLANS)
-        return _apply_tensor_plan(x, scale, quant_min, quant_max, checked)  # type: ignore[arg-type]
+        return _apply_tensor_plan(x, scale, zero_point, quant_min, quant_max, checked)  # type: ignore[arg-type]
     scale_t = _qparam(scale, "scale", x, dtype)
     if value_checks_apply(scale_t):
         _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
@@ -980,36 +1069,53 @@ def _check_tensor_grid(
     dtype: torch.dtype,
     compute: torch.dtype,
 ) -> None:
-    """The scale (as used, in ``compute``) is a normal number there, and every level of
-    the grid is finite in ``dtype``; one device sync (skipped with validation off).
+    r"""The scale (as used, in ``compute``) is a normal number there, and every level of
+    the grid is finite in ``dtype`` (skipped with validation off).
 
-    With a zero point of 0 only the smallest and the largest scale are read (one
-    ``aminmax``, then Python numbers: a NaN makes both NaN): the outermost level grows
-    with the scale, so the largest decides whether the grid fits (per-channel LSQ on
-    4,096 elements: 25 -> 5 µs for the check)."""
-    info = torch.finfo(compute)
+    Read from the extremes (one ``aminmax`` each for the scale and the zero point, then
+    Python numbers; a NaN makes them NaN): every scale is normal when the smallest and the
+    largest are; the outermost level :math:`\max(|q_- - z|, |q_+ - z|)\,s` is at most
+    the one of the largest scale and the farthest zero point, so a grid whose bound fits
+    float16 (the narrowest dtype) needs no more. Only a bound beyond it is checked element
+    by element. Per-channel LSQ on 4,096 elements: 25 -> 5 µs; with a zero point
+    27 -> 7 µs."""
+    info = _FINFO[compute]
     used = scale.detach()
-    if zero_point is None and used.numel() > 0:  # one read, then Python numbers
-        if used.numel() == 1:
-            low = high = float(used)
-        else:
-            extremes = torch.aminmax(used)
-            low, high = float(extremes.min), float(extremes.max)
-        if not (info.tiny <= low and high <= info.max):
-            bad = ~((used >= info.tiny) & (used <= info.max))
-            raise ValueError(_scale_message(compute, used[bad].flatten()[:4].tolist()))
-        _check_grid_fits(high, 0.0, quant_min, quant_max, dtype, compute)
+    if used.numel() == 0:
         return
-    bad = ~((used >= info.tiny) & (used <= info.max))
-    if bool(bad.any()):
+    low, high = _extremes(used)
+    if not (info.tiny <= low and high <= info.max):
+        bad = ~((used >= info.tiny) & (used <= info.max))
         raise ValueError(_scale_message(compute, used[bad].flatten()[:4].tolist()))
     if zero_point is None:
-        reach = max(abs(quant_min), abs(quant_max)) * used
-    else:
-        offset = zero_point.detach()
-        reach = torch.maximum((quant_min - offset).abs(), (quant_max - offset).abs()) * used
+        _check_grid_fits(high, 0.0, quant_min, quant_max, dtype, compute)
+        return
+    offset = zero_point.detach()
+    if offset.numel() == 0:
+        return
+    z_low, z_high = _extremes(offset)
+    widest = max(abs(bound - z) for bound in (quant_min, quant_max) for z in (z_low, z_high))
+    if widest * high < _SURELY_FINITE:  # (a NaN zero point makes no level inf: passes)
+        return
+    reach = torch.maximum((quant_min - offset).abs(), (quant_max - offset).abs()) * used
     if bool(torch.isinf(reach.to(dtype)).any()):
         raise ValueError(_grid_message(float(reach.max()), dtype))
+
+
+#: Below this a level computed in any floating dtype is finite in float16 (65,504 is its
+#: largest value; two roundings of 2**-24 cannot carry 65,000 past it).
+_SURELY_FINITE = 65000.0
+
+_FINFO = {dtype: torch.finfo(dtype) for dtype in (torch.float64, torch.float32)}
+
+
+def _extremes(values: Tensor) -> tuple[float, float]:
+    """The smallest and the largest of ``values`` as Python numbers (NaN if one is NaN)."""
+    if values.numel() == 1:
+        value = float(values)
+        return value, value
+    extremes = torch.aminmax(values)
+    return float(extremes.min), float(extremes.max)
 
 
 def _check_grid_fits(
