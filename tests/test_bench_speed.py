@@ -91,7 +91,7 @@ def test_speed_samplers_every_pathwise_estimator(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = SpeedConfig(
-        matrix=(32, 16), ops=(), rounds=2, min_run_time=0.002, compile=False, plot=False
+        matrix=(32, 16), ops=(), rounds=2, min_run_time=0.002, compile=False, plot=False, lsq=False
     )
     document = _run(tmp_path, config, capsys)
     results = document["tasks"]["speed"]["results"]
@@ -156,6 +156,7 @@ def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str
         plot=False,
         samplers=(),  # compiling a sampler takes ~10 s more
         rao_ks=(),
+        lsq=False,
     )
     document = _run(tmp_path, config, capsys)
     entry = document["tasks"]["speed"]["results"]["ops"]["round"]
@@ -204,6 +205,43 @@ def test_audit_overhead_rows_are_finite_and_the_watched_step_is_clean():
     assert len(table.rows) == len(SIZES) and len(table.columns) == len(table.rows[0])
 
 
+def test_lsq_rows_against_torch_learnable_kernels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every scheme (per tensor, per channel; scale, scale and zero point) at both sizes,
+    in the report and the results, with finite ratios."""
+    from hardgrad.bench._speed_lsq import ROWS
+
+    document = _run(tmp_path, TINY, capsys)
+    lsq = document["tasks"]["speed"]["results"]["lsq"]
+    assert len(lsq) == 2 * len(ROWS)
+    shapes = {tuple(r["shape"]) for r in lsq.values()}
+    assert shapes == {(8, 8), (64, 64)}
+    for r in lsq.values():
+        assert r["torch_ms"] > 0 and r["hardgrad_ms"] > 0 and r["ratio"] > 0
+        assert 0 <= r["rounds_faster"] <= len(r["round_ratios"]) == TINY.rounds
+    assert "fused learnable fake-quantize" in (tmp_path / "report.md").read_text()
+
+
+def test_lsq_rows_refuse_a_kernel_that_computes_something_else(monkeypatch):
+    """The semantics check runs before timing: a forward that differs from torch's kernel
+    stops the row with SpeedCheckError."""
+    import random
+
+    from hardgrad.bench import _speed_lsq
+    from hardgrad.bench._speed_candidates import SpeedCheckError
+    from hardgrad.bench._task import BenchSettings
+
+    real = _speed_lsq._ops.quantize
+
+    def off_by_a_step(x, scale, *args, **kwargs):
+        return real(x, scale, *args, **kwargs) + 0.3
+
+    monkeypatch.setattr(_speed_lsq._ops, "quantize", off_by_a_step)
+    with pytest.raises(SpeedCheckError, match="forward differs"):
+        _speed_lsq.run_lsq({"small": 64}, BenchSettings(threads=1), 1, 0.001, random.Random(0))
+
+
 def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +266,7 @@ def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
         plot=False,
         samplers=(),
         rao_ks=(),
+        lsq=False,
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     half = ops["round"]["candidates"]["half"]
@@ -257,6 +296,7 @@ def test_compiled_hardgrad_that_differs_from_eager_is_reported_not_timed(
         plot=False,
         samplers=(),
         rao_ks=(),
+        lsq=False,
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     assert ops["round"]["compiled"] is None

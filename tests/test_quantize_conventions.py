@@ -508,14 +508,14 @@ def test_affine_partials_by_arithmetic_equal_the_where_form(in_range, per_channe
     inverse = torch.reciprocal(step)
     bounds = (Q_MIN, Q_MAX)
     unrounded = in_range == "unrounded"
-    keep, dy_ds, dy_dz, offset = _quantize._affine_partials(
-        x, inverse, step, zero_point, bounds, unrounded
+    keep, dy_ds, dy_dz, y = _quantize._affine_partials(
+        x, inverse, step, zero_point, bounds, unrounded, with_value=True
     )
     want_y, want_keep = _quantize._fake_quantize(x, step, inverse, zero_point, *bounds, unrounded)
     assert torch.equal(keep.bool(), _quantize.mask_condition(want_keep))
     ctx = SimpleNamespace(bounds=bounds, unrounded=unrounded)
     want_ds, want_dz = _quantize._qparam_partials(ctx, want_keep, x, step, zero_point)
-    y = (offset * step).to(dtype)
+    y = y.to(dtype)
     for got, want in ((y, want_y), (dy_ds, want_ds), (dy_dz, want_dz)):
         assert got.dtype == want.dtype
         assert torch.equal(got.isnan(), want.isnan())

@@ -39,7 +39,9 @@ Bernoulli straight-through, each row as a ratio to the alternative with the same
 (or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference): see
 :mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is also swept over its number of draws
 ``k`` (time, saved bytes and page faults per call next to ST-Gumbel: its cost should be
-linear in ``k``): see :mod:`hardgrad.bench._speed_rao`.
+linear in ``k``): see :mod:`hardgrad.bench._speed_rao`. LSQ (``hg.quantize`` with a learned
+scale, and zero point) is timed against PyTorch's fused learnable fake-quantize kernels,
+per tensor and per channel, at both sizes: see :mod:`hardgrad.bench._speed_lsq`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from ._speed_candidates import (
     alternatives_for,
     surrogate_label,
 )
+from ._speed_lsq import lsq_table, run_lsq
 from ._speed_rao import rao_table, run_rao_sweep
 from ._speed_report import notes, plot, sampler_tables, tables
 from ._speed_samplers import progress_steps, resolve_rows, run_samplers
@@ -113,6 +116,8 @@ class SpeedConfig:
         rao_ks: Gumbel-Rao's numbers of draws to sweep (both unit kinds, ``matrix``
             logits, next to ST-Gumbel; see :mod:`hardgrad.bench._speed_rao`); ``()``
             skips the sweep.
+        lsq: time LSQ against torch's fused learnable fake-quantize kernels at
+            ``small_numel`` and ``numel`` elements (:mod:`hardgrad.bench._speed_lsq`).
     """
 
     numel: int = 2**22
@@ -129,6 +134,7 @@ class SpeedConfig:
     compile_samplers: tuple[str, ...] | None = None
     audit: bool = True
     rao_ks: tuple[int, ...] = (1, 2, 5, 10, 20)
+    lsq: bool = True
 
 
 #: Ops compiled in the ``--quick`` setting (compiling all of them takes minutes on 2 cores).
@@ -415,7 +421,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         + len(compiled_names)
         + progress_steps(sampler_rows, compiled_samplers)
         + (1 if config.audit else 0)
-        + (1 if config.rao_ks else 0),
+        + (1 if config.rao_ks else 0)
+        + (1 if config.lsq else 0),
     )
     t_start = time.perf_counter()
     load_before = _load_average()
@@ -445,6 +452,17 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         if config.audit:
             audit_overhead = run_audit_overhead(settings, config.rounds, config.min_run_time, rng)
             progress.advance("audit() overhead")
+        lsq = None
+        if config.lsq:
+            sizes = {"small": config.small_numel} if config.small_numel else {}
+            lsq = run_lsq(
+                {**sizes, "large": config.numel},
+                settings,
+                config.rounds,
+                config.min_run_time,
+                rng,
+            )
+            progress.advance("LSQ against torch's learnable kernels")
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
@@ -454,6 +472,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         "samplers": samplers,
         "audit_overhead": audit_overhead,
         "gumbel_rao": rao,
+        "lsq": lsq,
         "threads": torch.get_num_threads(),
         "load_average_before": load_before,
         "load_average_after": _load_average(),
@@ -474,6 +493,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         result.tables.append(rao_table(rao))
     if audit_overhead is not None:
         result.tables.append(audit_table(audit_overhead))
+    if lsq is not None:
+        result.tables.append(lsq_table(lsq))
     if data["load_average_before"] is not None:
         result.notes.append(
             "1-minute load average of the machine: "

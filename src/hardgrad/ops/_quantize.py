@@ -392,12 +392,15 @@ def _lsq_backward(
                 _, dy_ds, dy_dz, _ = _affine_partials(
                     x, inverse, step, zero_point, ctx.bounds, ctx.unrounded
                 )
+                products = dy_ds.mul_(g), dy_dz.mul_(g)  # (new tensors: in place)
             else:
                 dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
+                products = g * dy_ds, g * dy_dz
             if ctx.needs_input_grad[1]:
-                grad_scale = (g * dy_ds).sum_to_size(step.shape) * factor
+                grad_scale = _times_factor(products[0].sum_to_size(step.shape), factor)
             if ctx.needs_input_grad[2]:
-                grad_zero_point = (g * dy_dz).sum_to_size(zero_point.shape) * ctx.grad_scale
+                summed = products[1].sum_to_size(zero_point.shape)
+                grad_zero_point = _times_factor(summed, ctx.grad_scale)
     if signed_apart and grad_scale is not None:
         grad_scale = _step_sign(raw, grad_scale)
     return grad_x, grad_scale, grad_zero_point
@@ -448,15 +451,23 @@ def _quantized_with_partials(
     for bit, from one :math:`x/s`. Below 65,536 elements the kernels cost more than the
     tensors kept: LSQ (zero point 0) takes 9 kernels in forward and 4 in backward against
     5 and 13 (per-channel on 64 x 64, forward and backward: 57 -> 47 µs), a learned zero
-    point 13 and 7 against 7 and 21, four of them ``torch.where`` (162 -> µs).
+    point 13 and 7 against 7 and 21, four of them ``torch.where`` (162 -> 70 µs with the
+    checks that came with it).
 
     The mask is 0/1 in ``x``'s dtype; the partials are in the compute dtype."""
     if zero_point is None:
         y, keep, dy_ds = _quantized_with_scale_partial(x, step, inverse, bounds, unrounded)
         return y, keep, dy_ds, None
-    keep, dy_ds, dy_dz, offset = _affine_partials(x, inverse, step, zero_point, bounds, unrounded)
-    y = cast(torch.mul(offset, step), x.dtype)
-    return y, cast(keep, x.dtype), dy_ds if needs[0] else None, dy_dz if needs[1] else None
+    keep, dy_ds, dy_dz, value = _affine_partials(
+        x, inverse, step, zero_point, bounds, unrounded, with_value=True
+    )
+    assert value is not None
+    return (
+        cast(value, x.dtype),
+        cast(keep, x.dtype),
+        dy_ds if needs[0] else None,
+        dy_dz if needs[1] else None,
+    )
 
 
 def _quantized_with_scale_partial(
@@ -486,9 +497,11 @@ def _affine_partials(
     zero_point: Tensor,
     bounds: tuple[int, int],
     unrounded: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""``(in_range, dy/ds, dy/dz, c - z)`` of a fake quantization with a zero point, in plain
-    eager mode, in the compute dtype: :func:`_qparam_partials`' values bit for bit, with
+    with_value: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    r"""``(in_range, dy/ds, dy/dz, y)`` of a fake quantization with a zero point, in plain
+    eager mode, in the compute dtype (``y`` only ``with_value``, else None):
+    :func:`_qparam_partials`' values and :func:`_fake_quantize`'s ``y`` bit for bit, with
     arithmetic instead of ``torch.where`` (several times slower on CPU).
 
     With :math:`u = x/s` (infinities replaced by the largest finite value, which changes no
@@ -497,9 +510,11 @@ def _affine_partials(
     :math:`(c - z)\,s`; in range :math:`\partial y/\partial s = t - u`, outside it the
     bound crossed minus :math:`z` (:math:`c - z`, or for ``unrounded`` the clamp of
     :math:`u + z` minus :math:`z`), chosen by ``lerp`` with the 0/1 mask as the weight,
-    which returns either end exactly; :math:`\partial y/\partial z = (m - 1)\,s`."""
+    which returns either end exactly; :math:`\partial y/\partial z = (m - 1)\,s`. Four
+    tensors of ``x``'s size are made (six for ``unrounded``), the rest in place: on large
+    inputs each new one is page faults."""
     quant_min, quant_max = bounds
-    largest = torch.finfo(inverse.dtype).max
+    largest = _FINFO[inverse.dtype].max
     scaled = torch.mul(cast(x, inverse.dtype), inverse).clamp_(-largest, largest)
     rounded = torch.round(scaled)
     level = torch.add(rounded, zero_point)
@@ -507,16 +522,16 @@ def _affine_partials(
     if unrounded:
         side = torch.add(scaled, zero_point)
         side_clamped = torch.clamp(side, quant_min, quant_max)
-        keep = float_mask(torch.eq, side, side_clamped, scaled.dtype)
+        keep = side.eq_(side_clamped)  # 0/1, in place of u + z
         outside = side_clamped.sub_(zero_point)
+        offset = clamped.sub_(zero_point)
     else:
-        keep = float_mask(torch.eq, level, clamped, scaled.dtype)
-    offset = clamped.sub_(zero_point)
-    if not unrounded:
-        outside = offset
-    dy_ds = torch.lerp(outside, rounded.sub_(scaled), keep)
-    dy_dz = torch.sub(keep, constant(1.0, keep)).mul_(step)
-    return keep, dy_ds, dy_dz, offset
+        keep = level.eq_(clamped)  # 0/1, in place of the level
+        offset = outside = clamped.sub_(zero_point)
+    y = torch.mul(offset, step) if with_value else None
+    dy_ds = outside.lerp_(rounded.sub_(scaled), keep)
+    dy_dz = torch.sub(keep, constant(1.0, keep), out=scaled).mul_(step)
+    return keep, dy_ds, dy_dz, y
 
 
 def _wide_levels(bounds: tuple[int, int], x: Tensor, inverse: Tensor) -> Tensor:
