@@ -486,7 +486,7 @@ def _quantized_with_scale_partial(
         level = torch.clamp(rounded, quant_min, quant_max)
         keep = float_mask(torch.eq, rounded, level, x.dtype)
     y = torch.mul(level, step).add_(constant(0.0, level))  # +0.0 for round's -0.0
-    partial = level.sub_(wide.mul_(keep))
+    partial = level.addcmul_(wide, keep, value=-1)  # (wide * keep is exact: no FMA question)
     return cast(y, x.dtype), keep, partial
 
 
@@ -562,7 +562,7 @@ def _scale_partial_and_mask(
     else:
         level.round_()
         torch.eq(torch.round(wide), level, out=keep)
-    return level.sub_(wide.mul_(keep)), keep
+    return level.addcmul_(wide, keep, value=-1), keep  # (wide * keep is exact)
 
 
 def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, inverse: Tensor) -> Tensor:
