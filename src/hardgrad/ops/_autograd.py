@@ -248,8 +248,9 @@ NATIVE_NODE_MAX_NUMEL = 8192
 #: masked backward is torch's own clamp (its C++ node computes the same gradients); see
 #: :func:`eager_small_cpu`. One training step of a PACT MLP (a learned clipping bound,
 #: then a 4-bit straight-through round), against the Function: 0.85x at 4,096 elements per
-#: clamp, 0.99x at 16,384; the Function's multiplying masks win from 65,536 on.
-NATIVE_CLAMP_MAX_NUMEL = 16384
+#: clamp; at 16,384 it measured 0.99x in one model and 1.03x (two runs) in another, where
+#: the two-bound kernel's cost shows, so the limit is the other native ops' one.
+NATIVE_CLAMP_MAX_NUMEL = 8192
 
 
 def eager_small_cpu(x: Tensor, limit: int) -> bool:

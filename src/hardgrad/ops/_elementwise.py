@@ -350,7 +350,7 @@ def clamp(
     ``min`` while ``min < max``, resp. above ``max`` or wherever ``max < min``, summed to
     their shape) with either surrogate; one mask is saved per bound that needs a gradient,
     and one for ``x`` with ``"masked"``. With tensor bounds where ``min > max``,
-    ``y = max`` as in torch and no entry is in range. On CPU tensors of at most 16,384
+    ``y = max`` as in torch and no entry is in range. On CPU tensors of at most 8,192
     elements in eager mode, a masked clamp with tensor bounds *is* ``torch.clamp`` (its
     C++ node, the fastest there inside a training step; it saves the input and bounds, no
     mask), so there saturated entries get 0 whatever the incoming gradient.
