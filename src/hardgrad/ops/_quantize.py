@@ -804,19 +804,35 @@ def _apply_tensor_plan(
     identity, factor, unrounded, dtype = settings
     scale_t = cast(scale, dtype)
     zero_point_t = cast(zero_point, dtype) if isinstance(zero_point, Tensor) else None
-    if value_checks_apply(scale_t):
-        _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
+    bounds = (quant_min, quant_max)
+    return _scanned_fake_quantize(x, scale_t, zero_point_t, bounds, identity, factor, unrounded)
+
+
+def _scanned_fake_quantize(
+    x: Tensor,
+    scale: Tensor,
+    zero_point: Tensor | None,
+    bounds: tuple[int, int],
+    identity: bool,
+    factor: float,
+    unrounded: bool,
+) -> Tensor:
+    """The tensor-scale fake quantization, the scale and zero point (in the compute dtype)
+    scanned first while validation is on (:func:`_check_tensor_grid`)."""
+    quant_min, quant_max = bounds
+    if value_checks_apply(scale):
+        _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
     return _apply_fake_quantize(
         x,
-        scale_t,
-        zero_point_t,
+        scale,
+        zero_point,
         quant_min,
         quant_max,
         identity,
         factor,
         unrounded,
         None,
-        _mask_in_forward(x, scale_t, zero_point_t, identity),
+        _mask_in_forward(x, scale, zero_point, identity),
     )
 
 
@@ -998,20 +1014,8 @@ def quantize(
         remember(_TENSOR_PLANS, tensor_key, checked, _MAX_PLANS)
         return _apply_tensor_plan(x, scale, zero_point, quant_min, quant_max, checked)  # type: ignore[arg-type]
     scale_t = _qparam(scale, "scale", x, dtype)
-    if value_checks_apply(scale_t):
-        _check_tensor_grid(scale_t, zero_point_t, quant_min, quant_max, x.dtype, dtype)
-    return _apply_fake_quantize(
-        x,
-        scale_t,
-        zero_point_t,
-        quant_min,
-        quant_max,
-        identity,
-        factor,
-        unrounded,
-        None,
-        _mask_in_forward(x, scale_t, zero_point_t, identity),
-    )
+    bounds = (quant_min, quant_max)
+    return _scanned_fake_quantize(x, scale_t, zero_point_t, bounds, identity, factor, unrounded)
 
 
 def _apply_fake_quantize(x: Tensor, *args: Any) -> Tensor:
