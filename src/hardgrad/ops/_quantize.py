@@ -476,16 +476,7 @@ def _quantized_with_scale_partial(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`_quantized_with_partials` for a zero point of 0: :func:`_quantized_values`'
     ``y`` and :func:`_scale_partial_and_mask`'s mask and partial, bit for bit."""
-    quant_min, quant_max = bounds
-    wide = _wide_levels(bounds, x, inverse)
-    if unrounded:
-        level = torch.clamp(wide, quant_min, quant_max)
-        keep = float_mask(torch.eq, wide, level, x.dtype)
-        level.round_()
-    else:
-        rounded = torch.round(wide)
-        level = torch.clamp(rounded, quant_min, quant_max)
-        keep = float_mask(torch.eq, rounded, level, x.dtype)
+    wide, level, keep = _levels_and_mask(bounds, unrounded, x, inverse)
     y = torch.mul(level, step).add_(constant(0.0, level))  # +0.0 for round's -0.0
     partial = level.addcmul_(wide, keep, value=-1)  # (wide * keep is exact: no FMA question)
     return cast(y, x.dtype), keep, partial
@@ -548,22 +539,33 @@ def _scale_partial_and_mask(
     bounds: tuple[int, int], unrounded: bool, x: Tensor, inverse: Tensor
 ) -> tuple[Tensor, Tensor]:
     r""":func:`_scale_partial` and the in-range mask (0/1 in ``x``'s dtype) together, from
-    ``x`` alone, in plain eager mode: with :math:`w` the wide clamp of :math:`x/s` and
-    :math:`c = \operatorname{clamp}(w, q_-, q_+)`, "in range" is :math:`w = c` (decided
-    before rounding) or :math:`\operatorname{round}(w) = \operatorname{round}(c)` (on the
-    level), the forward's decision exactly (the same :math:`x/s`, integer bounds), and
-    :math:`\partial y/\partial s = \operatorname{round}(c) - m\,w` (``inverse``: ``1/s``)."""
+    ``x`` alone, in plain eager mode: :math:`\partial y/\partial s =
+    \operatorname{round}(c) - m\,w` with :func:`_levels_and_mask`' :math:`w`,
+    :math:`\operatorname{round}(c)` and :math:`m` (``inverse``: ``1/s``)."""
+    wide, level, keep = _levels_and_mask(bounds, unrounded, x, inverse)
+    return level.addcmul_(wide, keep, value=-1), keep  # (wide * keep is exact)
+
+
+def _levels_and_mask(
+    bounds: tuple[int, int], unrounded: bool, x: Tensor, inverse: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""``(w, round(c), m)`` in plain eager mode: :math:`w` the wide clamp of :math:`x/s`
+    (:func:`_wide_levels`), :math:`c = \operatorname{clamp}(w, q_-, q_+)`, and the
+    in-range mask :math:`m` (0/1 in ``x``'s dtype): :math:`w = c` (decided before rounding)
+    or :math:`\operatorname{round}(w) = \operatorname{round}(c)` (on the level), the
+    forward's decision exactly (the same :math:`x/s`, integer bounds, so that
+    :math:`\operatorname{round}(c) = \operatorname{clamp}(\operatorname{round}(w))`)."""
     quant_min, quant_max = bounds
     wide = _wide_levels(bounds, x, inverse)
-    level = torch.clamp(wide, quant_min, quant_max)
-    keep = torch.empty_like(x)
     if unrounded:
-        torch.eq(wide, level, out=keep)
+        level = torch.clamp(wide, quant_min, quant_max)
+        keep = float_mask(torch.eq, wide, level, x.dtype)
         level.round_()
     else:
-        level.round_()
-        torch.eq(torch.round(wide), level, out=keep)
-    return level.addcmul_(wide, keep, value=-1), keep  # (wide * keep is exact)
+        rounded = torch.round(wide)
+        level = torch.clamp(rounded, quant_min, quant_max)
+        keep = float_mask(torch.eq, rounded, level, x.dtype)
+    return wide, level, keep
 
 
 def _scale_partial(bounds: tuple[int, int], keep: Tensor, x: Tensor, inverse: Tensor) -> Tensor:
@@ -707,14 +709,27 @@ def _plan_key(
     grad_scale: Any,
     in_range: Any,
 ) -> tuple[Any, ...] | None:
-    """The cache key of a call whose plan may be reused, or ``None``: plain ``int`` and
-    ``float`` settings only (the exact types are part of the key, so ``True`` never
-    passes for ``1``), a surrogate named by string, a tensor ``x``, eager mode (under
-    ``torch.compile`` the reciprocal must stay a tensor)."""
+    """The cache key of a number-scale call whose plan may be reused, or ``None``: plain
+    ``int`` and ``float`` settings only (the exact types are part of the key, so ``True``
+    never passes for ``1``) and :func:`_settings_key`'s conditions."""
+    if type(scale) not in _NUMBER_TYPES or type(zero_point) not in _NUMBER_TYPES:
+        return None
+    settings = _settings_key(x, quant_min, quant_max, surrogate, grad_scale, in_range)
+    if settings is None:
+        return None
+    # (x's device: the plan holds 0-d tensors on it)
+    return (x.dtype, x.device, type(scale), scale, type(zero_point), zero_point, *settings)
+
+
+def _settings_key(
+    x: Any, quant_min: Any, quant_max: Any, surrogate: Any, grad_scale: Any, in_range: Any
+) -> tuple[Any, ...] | None:
+    """The part of a cache key shared by number- and tensor-scale calls, or ``None``:
+    ``int`` bounds, a surrogate and ``in_range`` named by string, a number (or no)
+    ``grad_scale`` with its type, a tensor ``x``, eager mode (under ``torch.compile`` the
+    reciprocal must stay a tensor)."""
     if (
-        type(scale) not in _NUMBER_TYPES
-        or type(zero_point) not in _NUMBER_TYPES
-        or type(quant_min) is not int
+        type(quant_min) is not int
         or type(quant_max) is not int
         or type(surrogate) is not str
         or type(in_range) is not str
@@ -723,20 +738,7 @@ def _plan_key(
         or torch.compiler.is_compiling()
     ):
         return None
-    return (
-        x.dtype,
-        x.device,  # (the plan holds 0-d tensors on it)
-        type(scale),
-        scale,
-        type(zero_point),
-        zero_point,
-        quant_min,
-        quant_max,
-        surrogate,
-        type(grad_scale),
-        grad_scale,
-        in_range,
-    )
+    return (quant_min, quant_max, surrogate, type(grad_scale), grad_scale, in_range)
 
 
 #: Checked settings of tensor-scale calls with a zero point of 0 (LSQ), by
@@ -764,32 +766,11 @@ def _tensor_plan_key(
         zero_key = (type(zero_point),)
     else:
         return None
-    if (
-        not isinstance(scale, Tensor)
-        or type(quant_min) is not int
-        or type(quant_max) is not int
-        or type(surrogate) is not str
-        or type(in_range) is not str
-        or not (grad_scale is None or type(grad_scale) in _NUMBER_TYPES)
-        or not isinstance(x, Tensor)
-        or torch.compiler.is_compiling()
-    ):
+    settings = _settings_key(x, quant_min, quant_max, surrogate, grad_scale, in_range)
+    if not isinstance(scale, Tensor) or settings is None:
         return None
-    return (
-        x.shape,
-        x.dtype,
-        x.device,
-        scale.shape,
-        scale.dtype,
-        scale.device,
-        zero_key,
-        quant_min,
-        quant_max,
-        surrogate,
-        type(grad_scale),
-        grad_scale,
-        in_range,
-    )
+    x_key = (x.shape, x.dtype, x.device)
+    return (*x_key, scale.shape, scale.dtype, scale.device, zero_key, *settings)
 
 
 def _apply_tensor_plan(
