@@ -427,6 +427,73 @@ def test_learned_scale_backward_twice_on_a_retained_graph():
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+def test_quantize_module_small_path_is_the_general_one_bit_for_bit(
+    in_range, per_channel, dtype, assert_same, monkeypatch
+):
+    """``hg.nn.Quantize`` on fewer than MASK_CONVERT_MIN_NUMEL elements records the lean
+    small-tensor Function (the step size made from the raw scale inside it, the mask and
+    partial from forward's x/s). Forced onto the general Function, the same output and
+    gradients bit for bit: a negative raw scale (its sign in the gradient), the half-step
+    bands, NaN, +-inf, -0.0; float32/half inputs (the factor +-g a tensor) and float64
+    (the sign applied apart, the raw scale being float32)."""
+    from hardgrad.ops import _quantize
+
+    scale = 0.25
+    finite = torch.cat([_band_inputs(scale), torch.tensor([-0.0, 1e30, -1e30])])
+    with_nan = torch.cat([finite, torch.tensor([math.nan, math.inf, -math.inf])])
+    raw = torch.tensor([scale, -scale * 1.5, scale * 0.75]) if per_channel else torch.tensor(-scale)
+
+    def run(row):
+        x = torch.stack([row, row * 0.5, -row]).to(dtype)
+        assert x.numel() < MASK_CONVERT_MIN_NUMEL
+        g = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape).to(dtype)
+        q = hg.nn.Quantize(
+            bits=4,
+            per_channel_dim=0 if per_channel else None,
+            in_range=in_range,
+            init_scale=torch.ones(3) if per_channel else 1.0,
+        )
+        with torch.no_grad():
+            q.scale.copy_(raw)
+        xr = x.clone().requires_grad_()
+        y = q(xr)
+        return (y.detach(), *torch.autograd.grad(y, [xr, q.scale], g))
+
+    for row in (finite, with_nan):
+        small = run(row)
+        with monkeypatch.context() as patch:
+            patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", 0)  # the general Function
+            general = run(row)
+        for a, b in zip(small, general, strict=True):
+            assert_same(a, b)
+    assert small[2].isnan().all()  # (the NaN inputs: a NaN scale gradient)
+
+
+def test_only_a_learning_call_records_the_small_function():
+    """The lean Function is for calls that record a graph for a learned scale or zero
+    point: under ``no_grad``, with a fixed scale, or above the size bound the general one
+    is used (visible as the output's ``grad_fn``), and every one gives the same values."""
+    x = torch.linspace(-3.0, 3.0, 96).reshape(8, 12).requires_grad_()
+    learned = torch.full((8, 1), 0.3, requires_grad=True)
+    fixed = learned.detach()
+
+    def name(y):
+        return type(y.grad_fn).__name__ if y.grad_fn is not None else None
+
+    y = hg.quantize(x, learned, quant_min=-4, quant_max=3)
+    assert name(y) == "_SmallLSQBackward"
+    zero = torch.zeros(8, 1, requires_grad=True)
+    assert name(hg.quantize(x, fixed, zero, quant_min=-4, quant_max=3)) == "_SmallLSQBackward"
+    assert name(hg.quantize(x, fixed, quant_min=-4, quant_max=3)) == "_FakeQuantizeBackward"
+    with torch.no_grad():
+        assert name(hg.quantize(x, learned, quant_min=-4, quant_max=3)) is None
+        assert torch.equal(hg.quantize(x, learned, quant_min=-4, quant_max=3), y.detach())
+    big = torch.linspace(-3.0, 3.0, MASK_CONVERT_MIN_NUMEL).reshape(8, -1)
+    assert name(hg.quantize(big, learned, quant_min=-4, quant_max=3)) == "_FakeQuantizeBackward"
+
+
 @pytest.mark.parametrize("learns", ["both", "scale", "zero_point"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
 @pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
