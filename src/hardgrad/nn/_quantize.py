@@ -174,7 +174,7 @@ class Quantize(SettingsInState, nn.Module):
         >>> w = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -4.0]], requires_grad=True)
         >>> q(w)
         tensor([[ 0.4410, -0.8819,  0.4410],
-                [ 1.5119,  0.0000, -4.5356]], grad_fn=<_FakeQuantizeBackward>)
+                [ 1.5119,  0.0000, -4.5356]], grad_fn=<_SmallLSQBackward>)
         >>> q.scale
         Parameter containing:
         tensor([0.4410, 1.5119], requires_grad=True)
@@ -186,7 +186,7 @@ class Quantize(SettingsInState, nn.Module):
         >>> q.quant_min, q.quant_max, q.initialized
         (-3, 3, True)
         >>> q(torch.tensor([0.3, -2.0, 1.74]))
-        tensor([ 0.5000, -1.5000,  1.5000], grad_fn=<_FakeQuantizeBackward>)
+        tensor([ 0.5000, -1.5000,  1.5000], grad_fn=<_SmallLSQBackward>)
     """
 
     scale: Tensor

@@ -938,7 +938,10 @@ def quantize(
     mode, where that is faster) is all that is saved unless the quantization parameters
     need gradients (nothing for ``"identity"`` with a number scale). Then ``x`` is saved
     too, and in eager mode with a zero point of 0 (LSQ) the backward recomputes the mask
-    from it instead: ``x`` and the scale are all that is kept. As for
+    from it instead: ``x`` and the scale are all that is kept. Below 65,536 elements in
+    eager mode the forward makes the mask and the partials :math:`\partial y/\partial s`
+    (:math:`\partial y/\partial z`) from its own :math:`x/s` and keeps those instead of
+    ``x``, in a leaner Function (``grad_fn`` ``_SmallLSQBackward``): the same values. As for
     :func:`hardgrad.clamp`, the mask multiplies the incoming gradient: a non-finite
     incoming gradient at a saturated entry gives NaN rather than 0.
 
@@ -984,7 +987,7 @@ def quantize(
         >>> scale = torch.tensor(0.1, requires_grad=True)
         >>> y = hg.quantize(x, scale, quant_min=-8, quant_max=7)
         >>> y
-        tensor([-0.8000,  0.3000,  0.5000,  0.7000], grad_fn=<_FakeQuantizeBackward>)
+        tensor([-0.8000,  0.3000,  0.5000,  0.7000], grad_fn=<_SmallLSQBackward>)
         >>> y.sum().backward()
         >>> x.grad, scale.grad
         (tensor([0., 1., 1., 0.]), tensor(-0.6000))
