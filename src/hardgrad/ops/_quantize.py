@@ -616,7 +616,10 @@ def _levels_and_mask(
     else:
         rounded = torch.round(wide)
         level = torch.clamp(rounded, quant_min, quant_max)
-        keep = float_mask(torch.eq, rounded, level, x.dtype)
+        if rounded.dtype == x.dtype:  # 0/1 written over the rounded values: one buffer less
+            keep = rounded.eq_(level)
+        else:
+            keep = float_mask(torch.eq, rounded, level, x.dtype)
     return wide, level, keep
 
 
