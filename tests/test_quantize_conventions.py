@@ -152,6 +152,36 @@ def test_forward_without_a_mask_gives_the_same_values(surrogate, dtype, assert_s
     assert_same(hg.quantize(x, scale.clone().requires_grad_(), **kwargs).detach(), reference)
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_an_evaluation_call_gives_the_training_values(mode, dtype, assert_same):
+    """With grad mode off (evaluation) a learned quantizer skips the Function and the mask:
+    the output is the recorded call's bit for bit, for a tensor scale, a learned
+    (non-integral) zero point and ``hg.nn.Quantize`` with a negative raw scale, on the
+    bands, NaN, infinities and the signed zero of small negative values."""
+    row = torch.cat(
+        [_band_inputs(0.25), _band_inputs(0.25, -1.3), torch.tensor([math.nan, math.inf, -1e-3])]
+    )
+    x = torch.stack([row, -row]).to(dtype)
+    scale = torch.tensor([[0.25], [0.375]], requires_grad=True)
+    zero = torch.tensor([[-1.3], [2.0]], requires_grad=True)
+    q = hg.nn.Quantize(bits=4, per_channel_dim=0, init_scale=torch.tensor([0.25, 0.375]))
+    with torch.no_grad():
+        q.scale.neg_()
+    calls = [
+        lambda v: hg.quantize(v, scale, quant_min=Q_MIN, quant_max=Q_MAX),
+        lambda v: hg.quantize(v, scale, zero, quant_min=Q_MIN, quant_max=Q_MAX),
+        q,
+    ]
+    context = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    for call in calls:
+        recorded = call(x.clone().requires_grad_())
+        assert recorded.grad_fn is not None
+        with context():
+            evaluated = call(x)
+        assert evaluated.grad_fn is None
+        assert_same(evaluated, recorded.detach())
+
+
 def test_conventions_differ_exactly_in_the_half_step_bands():
     scale = 0.25
     x = _band_inputs(scale)

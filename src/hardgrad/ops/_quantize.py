@@ -866,6 +866,8 @@ def _scanned_fake_quantize(
         return _SMALL_LSQ_APPLY(x, scale, zero_point, plan)
     if value_checks_apply(scale):
         _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
+    if _unrecorded(x):
+        return _values_alone(x, scale, zero_point, bounds, unrounded, None)
     return _apply_fake_quantize(
         x,
         scale,
@@ -878,6 +880,30 @@ def _scanned_fake_quantize(
         None,
         _mask_in_forward(x, scale, zero_point, identity),
     )
+
+
+def _unrecorded(x: Tensor) -> bool:
+    """Whether a call records nothing and can skip the Function: grad mode off (``no_grad``,
+    ``inference_mode``: evaluation) in plain eager mode, ``x`` no left-over wrapper."""
+    return not torch.is_grad_enabled() and plain_apply() and not _is_wrapped(x)
+
+
+def _values_alone(
+    x: Tensor,
+    scale: Tensor,
+    zero_point: Tensor | None,
+    bounds: tuple[int, int],
+    unrounded: bool,
+    step_bounds: tuple[float, float] | None,
+) -> Tensor:
+    """The forward's ``y`` alone, as :class:`_FakeQuantize` computes it, for a call that
+    records nothing (:func:`_unrecorded`): no Function and no mask (an evaluation call
+    of a learned per-tensor quantizer on 4,096 elements: 16.5 -> 9 µs)."""
+    step = _step(scale, step_bounds, _compute_dtype(x.dtype))
+    inverse = torch.reciprocal(step)
+    if zero_point is None:
+        return _quantized_values(x, step, inverse, *bounds)
+    return _fake_quantize(x, step, inverse, zero_point, *bounds, unrounded)[0]
 
 
 def _apply_plan(x: Tensor, plan: tuple[bool, Any]) -> Tensor:
@@ -1099,6 +1125,8 @@ def quantize_step_size(
     if _small_lsq_applies(x, scale, None):
         plan = ((quant_min, quant_max), unrounded, identity, grad_scale, step_bounds)
         return _SMALL_LSQ_APPLY(x, scale, None, plan)
+    if _unrecorded(x):
+        return _values_alone(x, scale, None, (quant_min, quant_max), unrounded, step_bounds)
     return _apply_fake_quantize(
         x,
         scale,
