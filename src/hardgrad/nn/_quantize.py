@@ -16,7 +16,8 @@ from .._checkpoint import SettingsInState
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature, forward_mode
-from ..ops._quantize import _check_in_range, quantize_step_size
+from ..ops._quantize import quantize_step_size
+from ..ops._quantize_checks import _check_in_range
 from ._hard import SurrogateLike
 
 
