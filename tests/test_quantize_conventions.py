@@ -501,6 +501,49 @@ def test_quantize_module_small_path_is_the_general_one_bit_for_bit(
     assert small[2].isnan().all()  # (the NaN inputs: a NaN scale gradient)
 
 
+@pytest.mark.parametrize("zero_point", [None, "learned"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+def test_a_backward_with_create_graph_is_linear_in_the_incoming_gradient(
+    in_range, zero_point, assert_same, monkeypatch
+):
+    """``create_graph=True`` records the backward: the same first-order gradients, and a
+    second derivative that treats the mask and the partials as constants (the surrogate
+    Jacobian), the same bit for bit on the small path (partials made in forward) and the
+    general one (partials remade in backward, once in place, which broke the recording)."""
+    from hardgrad.ops import _quantize
+
+    x0 = torch.cat([_band_inputs(0.25), _band_inputs(0.25, 0.5)]).reshape(2, -1)
+
+    def run(create_graph):
+        x = x0.clone().requires_grad_()
+        s = torch.tensor([[0.25], [0.375]], requires_grad=True)
+        wanted = [x, s]
+        args = [x, s]
+        if zero_point:
+            z = torch.tensor([[0.5], [-1.0]], requires_grad=True)
+            wanted.append(z)
+            args.append(z)
+        y = hg.quantize(*args, quant_min=Q_MIN, quant_max=Q_MAX, in_range=in_range)
+        first = torch.autograd.grad(y.pow(2).sum(), wanted, create_graph=create_graph)
+        if not create_graph:
+            return first, ()
+        second = torch.autograd.grad(sum(t.sum() for t in first[1:]), wanted)
+        return first, second
+
+    results = []
+    for threshold in (MASK_CONVERT_MIN_NUMEL, 0):  # the small path, then the general one
+        with monkeypatch.context() as patch:
+            patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", threshold)
+            plain, _ = run(False)
+            first, second = run(True)
+        for a, b in zip(first, plain, strict=True):
+            assert_same(a.detach(), b)
+        assert any(t.abs().sum() > 0 for t in second)  # (not vacuous)
+        results.append(second)
+    for a, b in zip(*results, strict=True):
+        assert_same(a, b)
+
+
 def test_only_a_learning_call_records_the_small_function():
     """The lean Function is for calls that record a graph for a learned scale or zero
     point: under ``no_grad``, with a fixed scale, or above the size bound the general one

@@ -19,6 +19,7 @@ from .._kernels import (
     mask_condition,
     remember,
     storable_mask,
+    without_grad,
 )
 from .._validation import (
     check_broadcastable_to,
@@ -261,40 +262,62 @@ def _lsq_backward(
     factor: Tensor | float,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """The gradients of ``(x, scale, zero_point)`` when a quantization parameter needs one,
-    from what :class:`_FakeQuantize`'s forward saved (``factor``: :func:`_lsq_factor`)."""
+    from what :class:`_FakeQuantize`'s forward saved (``factor``: :func:`_lsq_factor`).
+
+    The mask and the partials are the surrogate Jacobian's entries, made without recording
+    (:func:`_lsq_partials`): a backward that is itself differentiated
+    (``create_graph=True``) is linear in ``grad`` with them as constants, as on the small
+    path, whose forward made them. There the products are out of place; otherwise in
+    place on the fresh partials (not under transforms: vmap batches ``grad``)."""
     signed_apart = ctx.step_bounds is not None and not isinstance(factor, Tensor)
-    grad_zero_point = None
-    if keep is None:  # LSQ in eager: the mask comes with the partial
-        dy_ds, keep = _scale_partial_and_mask(ctx.bounds, ctx.unrounded, x, inverse)
-        grad_x = grad if ctx.identity else grad * keep
-        grad_scale: Tensor | None = _times_factor(dy_ds.mul_(grad).sum_to_size(step.shape), factor)
+    made_keep, dy_ds, dy_dz = without_grad(_lsq_partials, ctx, keep, x, zero_point, step, inverse)
+    if keep is None:  # (the float 0/1 mask made with the partial, in eager mode)
+        grad_x = grad if ctx.identity else grad * made_keep
+        g = grad  # (its product with the float32 partial promotes: no cast needed)
     else:
         grad_x = grad if ctx.identity else masked(grad, keep)
         g = cast(grad, step.dtype)
-        grad_scale = None
-        if zero_point is None:  # the common LSQ case: the scale's partial alone
-            dy_ds = _scale_partial(ctx.bounds, keep, x, inverse)
-            if eager_plain(g):  # (in place only outside transforms: vmap batches g)
-                grad_scale = _times_factor(dy_ds.mul_(g).sum_to_size(step.shape), factor)
-            else:
-                grad_scale = (dy_ds * g).sum_to_size(step.shape) * factor
-        else:
-            if eager_plain(g):  # the same partials, by arithmetic rather than torch.where
-                _, dy_ds, dy_dz, _ = _affine_partials(
-                    x, inverse, step, zero_point, ctx.bounds, ctx.unrounded
-                )
-                products = dy_ds.mul_(g), dy_dz.mul_(g)  # (new tensors: in place)
-            else:
-                dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
-                products = g * dy_ds, g * dy_dz
-            if ctx.needs_input_grad[1]:
-                grad_scale = _times_factor(products[0].sum_to_size(step.shape), factor)
-            if ctx.needs_input_grad[2]:
-                summed = products[1].sum_to_size(zero_point.shape)
-                grad_zero_point = _times_factor(summed, ctx.grad_scale)
+    in_place = eager_plain(g) and not torch.is_grad_enabled()
+
+    def weighted_sum(partial: Tensor, shape: torch.Size, by: Tensor | float) -> Tensor:
+        if in_place:
+            return _times_factor(partial.mul_(g).sum_to_size(shape), by)
+        return (partial * g).sum_to_size(shape) * by
+
+    grad_scale = grad_zero_point = None
+    if dy_dz is None or ctx.needs_input_grad[1]:
+        grad_scale = weighted_sum(dy_ds, step.shape, factor)
+    if dy_dz is not None and zero_point is not None and ctx.needs_input_grad[2]:
+        grad_zero_point = weighted_sum(dy_dz, zero_point.shape, ctx.grad_scale)
     if signed_apart and grad_scale is not None:
         grad_scale = _step_sign(raw, grad_scale)
     return grad_x, grad_scale, grad_zero_point
+
+
+def _lsq_partials(
+    ctx: Any,
+    keep: Tensor | None,
+    x: Tensor,
+    zero_point: Tensor | None,
+    step: Tensor,
+    inverse: Tensor,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(in-range mask, dy/ds, dy/dz)`` for :func:`_lsq_backward` (``dy/dz`` None without a
+    zero point): with ``keep`` None the mask comes with the scale's partial (LSQ in eager
+    mode), else ``keep`` itself; a zero point's partials by arithmetic in eager mode
+    (:func:`_affine_partials`), by ``torch.where`` elsewhere (:func:`_qparam_partials`)."""
+    if keep is None:
+        dy_ds, made_keep = _scale_partial_and_mask(ctx.bounds, ctx.unrounded, x, inverse)
+        return made_keep, dy_ds, None
+    if zero_point is None:
+        return keep, _scale_partial(ctx.bounds, keep, x, inverse), None
+    if eager_plain(x):
+        _, dy_ds, dy_dz, _ = _affine_partials(
+            x, inverse, step, zero_point, ctx.bounds, ctx.unrounded
+        )
+    else:
+        dy_ds, dy_dz = _qparam_partials(ctx, keep, x, step, zero_point)
+    return keep, dy_ds, dy_dz
 
 
 def _mask_in_forward(x: Tensor, scale: Tensor, zero_point: Tensor | None, identity: bool) -> bool:

@@ -334,7 +334,9 @@ def _levels_and_mask(
     else:
         rounded = torch.round(wide)
         level = torch.clamp(rounded, quant_min, quant_max)
-        if rounded.dtype == x.dtype:  # 0/1 written over the rounded values: one buffer less
+        if rounded.dtype == x.dtype and not rounded.requires_grad:
+            # 0/1 written over the rounded values: one buffer less (not where a backward
+            # with create_graph=True records this, whose clamp saved them)
             keep = rounded.eq_(level)
         else:
             keep = float_mask(torch.eq, rounded, level, x.dtype)
