@@ -559,7 +559,7 @@ def _scanned_fake_quantize(
         return _SMALL_LSQ_APPLY(x, scale, zero_point, plan)
     if value_checks_apply(scale):
         _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
-    if _unrecorded(x):
+    if _unrecorded(x, scale, zero_point):
         return _values_alone(x, scale, zero_point, bounds, unrounded, None)
     return _apply_fake_quantize(
         x,
@@ -575,10 +575,17 @@ def _scanned_fake_quantize(
     )
 
 
-def _unrecorded(x: Tensor) -> bool:
+def _unrecorded(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
     """Whether a call records nothing and can skip the Function: grad mode off (``no_grad``,
-    ``inference_mode``: evaluation) in plain eager mode, ``x`` no left-over wrapper."""
-    return not torch.is_grad_enabled() and plain_apply() and not _is_wrapped(x)
+    ``inference_mode``: evaluation) in plain eager mode, no tensor left over from an
+    exited ``torch.func`` transform."""
+    return (
+        not torch.is_grad_enabled()
+        and plain_apply()
+        and not _is_wrapped(x)
+        and not _is_wrapped(scale)
+        and (zero_point is None or not _is_wrapped(zero_point))
+    )
 
 
 def _values_alone(
@@ -591,7 +598,7 @@ def _values_alone(
 ) -> Tensor:
     """The forward's ``y`` alone, as :class:`_FakeQuantize` computes it, for a call that
     records nothing (:func:`_unrecorded`): no Function and no mask (an evaluation call
-    of a learned per-tensor quantizer on 4,096 elements: 16.5 -> 9 µs)."""
+    of a learned per-tensor quantizer on 4,096 elements: 16.5 -> 12.8 µs)."""
     step = _step(scale, step_bounds, _compute_dtype(x.dtype))
     inverse = torch.reciprocal(step)
     if zero_point is None:
@@ -818,7 +825,7 @@ def quantize_step_size(
     if _small_lsq_applies(x, scale, None):
         plan = ((quant_min, quant_max), unrounded, identity, grad_scale, step_bounds)
         return _SMALL_LSQ_APPLY(x, scale, None, plan)
-    if _unrecorded(x):
+    if _unrecorded(x, scale, None):
         return _values_alone(x, scale, None, (quant_min, quant_max), unrounded, step_bounds)
     return _apply_fake_quantize(
         x,
