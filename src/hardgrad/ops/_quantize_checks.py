@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ._quantize_grid import _FINFO
 
-#: What decides "in range" (see :func:`quantize`'s ``in_range``).
+#: What decides "in range" (see :func:`hardgrad.quantize`'s ``in_range``).
 IN_RANGE = ("rounded", "unrounded")
 
 
