@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from .. import ops as _ops
 from ..diagnostics import audit
 from ._task import BenchSettings, Table
-from ._timing import median, time_interleaved
+from ._timing import median, round_ratios, time_interleaved
 
 #: (label, batch, width) of the MLP steps timed.
 SIZES = (("small", 32, 64), ("large", 1024, 512))
@@ -68,7 +68,7 @@ def run_audit_overhead(
             rng=rng,
         )
         plain, watched = median(times["plain"]), median(times["audit"])
-        ratios = [a / p for a, p in zip(times["audit"], times["plain"], strict=True)]
+        ratios = round_ratios(times, "audit", "plain")
         results[label] = {
             "batch": batch,
             "width": width,

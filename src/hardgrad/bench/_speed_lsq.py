@@ -30,7 +30,7 @@ from torch import Tensor
 from .. import ops as _ops
 from ._speed_candidates import SpeedCheckError
 from ._task import BenchSettings, Table
-from ._timing import median, time_interleaved
+from ._timing import median, round_ratios, time_interleaved
 
 #: (scheme, learns the zero point) of the rows.
 ROWS = (("per-tensor", False), ("per-channel", False), ("per-tensor", True), ("per-channel", True))
@@ -130,7 +130,7 @@ def run_lsq(
                 rng=rng,
             )
             hg_s, torch_s = median(times["hardgrad"]), median(times["torch"])
-            ratios = [h / t for h, t in zip(times["hardgrad"], times["torch"], strict=True)]
+            ratios = round_ratios(times, "hardgrad", "torch")
             learned = "scale, zero point" if learns_zero else "scale"
             results[f"{scheme}/{learned}/{size_label}"] = {
                 "scheme": scheme,

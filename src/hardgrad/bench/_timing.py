@@ -23,6 +23,12 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def round_ratios(times: Mapping[str, Sequence[float]], key: str, against: str) -> list[float]:
+    """``key``'s time over ``against``'s, round by round (the rounds of
+    :func:`time_interleaved` pair them: a slow spell of the machine cancels)."""
+    return [a / b for a, b in zip(times[key], times[against], strict=True)]
+
+
 def time_once(fn: Callable[[], Any], *, min_run_time: float, threads: int) -> float:
     """Seconds per call of ``fn``: the median block of one ``blocked_autorange``."""
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
@@ -192,7 +198,7 @@ def compare_to_best(
     }
     if timed and hg_key in times:
         best = min(timed, key=lambda a: medians[a.key])
-        paired = [h / a for h, a in zip(times[hg_key], times[best.key], strict=True)]
+        paired = round_ratios(times, hg_key, best.key)
         summary.update(
             best_alternative=best.key,
             best_alternative_label=best.label,

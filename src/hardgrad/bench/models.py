@@ -89,7 +89,7 @@ from .. import nn as hgnn
 from .. import ops, surrogates
 from ..stochastic import bernoulli as hg_bernoulli
 from ._task import BenchSettings, Progress, Table, TaskResult, task
-from ._timing import median, ms, time_interleaved
+from ._timing import median, ms, round_ratios, time_interleaved
 from .data import load_dataset
 
 __all__ = [
@@ -785,7 +785,7 @@ def run(settings: BenchSettings, config: ModelsConfig, progress: Progress) -> Ta
             threads=settings.threads,
             rng=rng,
         )
-        paired = [h / o for h, o in zip(times["hardgrad"], times["original"], strict=True)]
+        paired = round_ratios(times, "hardgrad", "original")
         results[name] = {
             "original_ms": ms(median(times["original"])),
             "hardgrad_ms": ms(median(times["hardgrad"])),

@@ -324,7 +324,8 @@ def _levels_and_mask(
     in-range mask :math:`m` (0/1 in ``x``'s dtype): :math:`w = c` (decided before rounding)
     or :math:`\operatorname{round}(w) = \operatorname{round}(c)` (on the level), the
     forward's decision exactly (the same :math:`x/s`, integer bounds, so that
-    :math:`\operatorname{round}(c) = \operatorname{clamp}(\operatorname{round}(w))`)."""
+    :math:`\operatorname{round}(c) = \operatorname{clamp}(\operatorname{round}(w))`).
+    Not recorded by autograd (its callers run without grad: in place)."""
     quant_min, quant_max = bounds
     wide = _wide_levels(bounds, x, inverse)
     if unrounded:
@@ -334,9 +335,7 @@ def _levels_and_mask(
     else:
         rounded = torch.round(wide)
         level = torch.clamp(rounded, quant_min, quant_max)
-        if rounded.dtype == x.dtype and not rounded.requires_grad:
-            # 0/1 written over the rounded values: one buffer less (not where a backward
-            # with create_graph=True records this, whose clamp saved them)
+        if rounded.dtype == x.dtype:  # 0/1 over the rounded values: one buffer less
             keep = rounded.eq_(level)
         else:
             keep = float_mask(torch.eq, rounded, level, x.dtype)
