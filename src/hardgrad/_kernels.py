@@ -111,6 +111,10 @@ _QUARTER_MAX = {
 }
 
 
+#: The dtypes hardgrad computes in as they are (:func:`opmath_dtype`).
+_FULL_TYPES = (torch.float32, torch.float64)
+
+
 def finite(x: Tensor) -> Tensor:
     """``x`` with NaN -> 0 and +-inf -> +-(a large finite value), for smooth backwards."""
     big = _QUARTER_MAX.get(x.dtype) or torch.finfo(x.dtype).max / 4
@@ -177,7 +181,17 @@ def opmath(x: Tensor) -> Tensor:
 
 
 def softmax_vjp(logits: Tensor, grad: Tensor, dim: int, tau: float) -> Tensor:
-    """VJP of ``softmax(logits / tau)``: ``p * (g - <g, p>) / tau``."""
+    """VJP of ``softmax(logits / tau)``: ``p * (g - <g, p>) / tau``, the softmax taken at
+    :func:`finite` logits."""
+    dtype = logits.dtype
+    if dtype in _FULL_TYPES and grad.dtype is dtype and not torch.compiler.is_compiling():
+        # The common case in eager mode, with no helper calls: the same kernels (2 µs less
+        # a (64, 64) call).
+        big = _QUARTER_MAX[dtype]
+        scaled = logits if tau == 1 else logits / tau
+        p = torch.softmax(torch.nan_to_num(scaled, nan=0.0, posinf=big, neginf=-big), dim)
+        vjp = torch._softmax_backward_data(grad, p, dim, dtype)
+        return vjp if tau == 1 else vjp.div_(tau) if eager_plain(vjp) else vjp / tau
     scaled = opmath(logits) if tau == 1 else opmath(logits) / tau
     p = torch.softmax(finite(scaled), dim)
     # One fused pass for p * (g - <g, p>) (what softmax's own backward runs).

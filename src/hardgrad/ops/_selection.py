@@ -79,6 +79,11 @@ class _OneHotArgmax(torch.autograd.Function):
     def forward(ctx: Any, logits: Tensor, dim: int, tau: float) -> Tensor:
         ctx.save_for_backward(logits)
         ctx.dim, ctx.tau = dim, tau
+        if logits.is_cpu and not torch.compiler.is_compiling():
+            # :func:`argmax` and :func:`one_hot` in plain eager mode on CPU (the mode this
+            # class runs in outside compile), without their mode checks.
+            index = torch.max(logits, dim, keepdim=True).indices
+            return torch.zeros_like(logits).scatter_(dim, index, 1.0)
         return one_hot(logits, dim, argmax(logits, dim))
 
     @staticmethod
