@@ -258,3 +258,123 @@ def test_tensor_bound_clamp_takes_torch_gradients_at_saturated_entries():
     (grad_x,) = torch.autograd.grad(hg.clamp(x, -1.0, hi), x, upstream)
     assert grad_x.tolist() == [0.0, 1.0, 0.0]
     assert torch.equal(grad_x, torch.autograd.grad(torch.clamp(x, -1.0, 1.0), x, upstream)[0])
+
+
+# --------------------------------------------------------------------------- one_hot_argmax
+
+#: float32's stand-in for infinity in the softmax of the selections (finfo.max / 4).
+_BIG32 = torch.finfo(torch.float32).max / 4
+
+
+def _selection_logits(dtype: torch.dtype) -> torch.Tensor:
+    """(12, 16) logits whose rows take each branch of the native route: finite rows (the
+    softmax of the logits as they are), -inf entries beside a finite maximum (still as they
+    are), and rows that need the finite copy: NaN, +inf, all -inf, and a -inf entry beside
+    a maximum below -big, where reading -inf as -big changes the softmax."""
+    g = torch.Generator().manual_seed(5)
+    x = 4 * torch.randn(12, 16, generator=g, dtype=torch.float64)
+    x[1, 3] = x[1, 9] = -math.inf
+    x[2, 0] = 1e30  # a large finite maximum: the other entries get weight 0
+    x[3, 5] = math.nan
+    x[4, 7] = math.inf
+    x[5] = -math.inf
+    x[6] = -3 * _BIG32 * (1 + torch.rand(16, generator=g, dtype=torch.float64) / 8)
+    x[6, 2] = -math.inf
+    x[7, :4] = x[7, 4:8] = 2.5  # ties
+    x[8, 1] = -0.0
+    return x.to(dtype)
+
+
+def _one_hot_both_routes(x, dim, tau, upstream, monkeypatch):
+    def run():
+        logits = x.detach().requires_grad_()
+        y = hg.one_hot_argmax(logits, dim=dim, tau=tau)
+        return _node(y), y.detach(), torch.autograd.grad(y, logits, upstream)[0]
+
+    return _both_routes(run, monkeypatch)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5, 3.0])
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_hot_argmax_native_route_matches_the_function(tau, layout, dtype, monkeypatch):
+    """Small float32/float64 CPU logits: torch's own softmax and copy nodes, the same one-hot
+    and the same gradient as the Function bit for bit (signed zeros included), on every
+    branch of the finite logits (each row of _selection_logits alone, then all together),
+    with non-finite incoming gradients, along dim 0 of a transposed tensor too."""
+    logits = _selection_logits(dtype)
+    upstream = torch.randn(
+        logits.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
+    )
+    upstream = upstream.to(dtype)
+    upstream[0, :3] = upstream[9, :3] = torch.tensor([math.inf, math.nan, -math.inf], dtype=dtype)
+    cases = [(logits[i : i + 1], upstream[i : i + 1]) for i in range(logits.shape[0])]
+    for x, up in [*cases, (logits, upstream)]:
+        dim = -1
+        if layout == "columns":
+            x, up, dim = x.t(), up.t(), 0  # non-contiguous, selected along dim 0
+        (node_n, y_n, g_n), (node_f, y_f, g_f) = _one_hot_both_routes(x, dim, tau, up, monkeypatch)
+        assert node_n == "CloneBackward0" and node_f == "_OneHotArgmaxBackward"
+        assert _same(y_n, y_f) and _same(g_n, g_f), x
+        # A finite upstream gives a finite gradient, NaN and inf logits included.
+        finite = up.nan_to_num(0.0, 0.0, 0.0)
+        (_, _, g_n), (_, _, g_f) = _one_hot_both_routes(x, dim, tau, finite, monkeypatch)
+        assert g_n.isfinite().all() and _same(g_n, g_f), x
+
+
+def test_one_hot_argmax_reads_minus_inf_as_minus_big_below_it(monkeypatch):
+    """A -inf entry beside entries below -big counts as -big, so it takes the whole softmax
+    weight, as on the Function route: the saturated softmax's gradient is zero either way,
+    but its signed zeros show which entry the weight went to."""
+    x = _selection_logits(torch.float32)[6]
+    upstream = torch.zeros(16)
+    upstream[2] = 1.0
+    (_, _, g_n), (_, _, g_f) = _one_hot_both_routes(x, -1, 1.0, upstream, monkeypatch)
+    assert _same(g_n, g_f)
+    assert g_n.signbit().sum() == 15 and not g_n[2].signbit()  # -0 off the -inf entry
+
+
+def test_one_hot_argmax_takes_the_function_elsewhere():
+    """Above NATIVE_NODE_MAX_NUMEL elements, for half types, without a gradient to record
+    and under torch.func: the Function (or no node)."""
+    assert _node(hg.one_hot_argmax(torch.randn(64, 128, requires_grad=True))) == "CloneBackward0"
+    assert (
+        _node(hg.one_hot_argmax(torch.randn(64, 129, requires_grad=True)))
+        == "_OneHotArgmaxBackward"
+    )
+    half = torch.randn(8, 8, dtype=torch.float16, requires_grad=True)
+    assert _node(hg.one_hot_argmax(half)) == "_OneHotArgmaxBackward"
+    x = torch.randn(8, 8, requires_grad=True)
+    with torch.no_grad():
+        assert hg.one_hot_argmax(x).grad_fn is None
+    assert hg.one_hot_argmax(x.detach()).grad_fn is None
+    assert hg.one_hot_argmax(torch.empty(0, 4, requires_grad=True)).shape == (0, 4)
+    jac = torch.func.jacrev(lambda t: hg.one_hot_argmax(t, tau=2.0))(x.detach()[0])
+    p = torch.softmax(x.detach()[0] / 2, -1)
+    torch.testing.assert_close(jac, (torch.diag(p) - torch.outer(p, p)) / 2)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_one_hot_argmax_double_backward_and_untouched_input(tau, monkeypatch):
+    """Second derivatives through the softmax's own double backward equal the Function's
+    (finite logits); the logits and their graph are left alone, and the output is the
+    caller's to change."""
+    leaf = torch.randn(6, 10, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(6, 10, dtype=torch.float64)
+
+    def run():
+        logits = leaf * 1.0  # a non-leaf input
+        y = hg.one_hot_argmax(logits, tau=tau)
+        loss = (y * weights * logits).sum()
+        (first,) = torch.autograd.grad(loss, leaf, create_graph=True)
+        (second,) = torch.autograd.grad(first.pow(2).sum(), leaf)
+        assert logits._version == 0 and leaf._version == 0
+        return first.detach(), second
+
+    (first_n, second_n), (first_f, second_f) = _both_routes(run, monkeypatch)
+    assert _same(first_n, first_f)
+    torch.testing.assert_close(second_n, second_f, rtol=1e-12, atol=1e-15)
+    y = hg.one_hot_argmax(leaf)
+    with torch.no_grad():
+        y.add_(1)
+    assert y.sum() == 2 * 60 - 54

@@ -21,6 +21,7 @@ from torch.func import grad, vmap
 import hardgrad as hg
 from hardgrad.ops import OPS, OpSpec
 from hardgrad.ops._autograd import MASK_CONVERT_MIN_NUMEL, NATIVE_CLAMP_MAX_NUMEL
+from hardgrad.ops._autograd import NATIVE_NODE_MAX_NUMEL as NATIVE_MAX
 from hardgrad.surrogates import SURROGATES
 
 # Every test here runs on both of a small op's autograd routes (see conftest.autograd_route).
@@ -434,9 +435,10 @@ def saved_tensors(
 
 @pytest.mark.parametrize("shape", [(16, 64), (256, 256)], ids=["small", "large"])
 @pytest.mark.parametrize(("name", "surrogate"), PAIRS)
-def test_saved_bytes_per_element(name, surrogate, shape):
+def test_saved_bytes_per_element(name, surrogate, shape, autograd_route):
     """Indicator masks: bool (1 byte) from MASK_CONVERT_MIN_NUMEL elements on, 0/1 in the
-    input's dtype below it (faster there, at most 256 KiB)."""
+    input's dtype below it (faster there, at most 256 KiB). A small one_hot_argmax on the
+    native route saves its softmax (torch's softmax node), at most 64 KiB."""
     spec = OPS.get(name)
     x = torch.randn(*shape, requires_grad=True)
     saved = saved_tensors(lambda t: call(spec, t, surrogate), x)
@@ -449,6 +451,10 @@ def test_saved_bytes_per_element(name, surrogate, shape):
         assert len(saved) == 1 and saved[0].shape == x.shape
         assert saved[0].dtype == (x.dtype if small else torch.bool)
         assert nbytes / x.numel() <= (x.element_size() if small else 1)
+    elif name == "one_hot_argmax" and autograd_route == "native" and x.numel() <= NATIVE_MAX:
+        assert len(saved) == 1 and saved[0].data_ptr() != x.data_ptr()
+        assert saved[0].shape == x.shape and saved[0].dtype == x.dtype
+        assert torch.equal(saved[0], torch.softmax(x.detach(), -1))
     else:
         # Smooth surrogates and selections keep the input itself, never a copy.
         assert len(saved) == 1 and saved[0].data_ptr() == x.data_ptr()

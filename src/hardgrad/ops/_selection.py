@@ -2,12 +2,14 @@ r"""Hard selections along a dimension: one-hot argmax and top-k masks, with smoo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .._kernels import (
+    _QUARTER_MAX,
     argmax,
     cast,
     eager_plain,
@@ -19,7 +21,7 @@ from .._kernels import (
     softmax_vjp,
 )
 from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
-from ._autograd import apply_function, cached_signature, forward_mode
+from ._autograd import apply_function, cached_signature, forward_mode, records_natively
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
 # dtype we compute in (sigma(-40) ~ 4e-18 is below float64's resolution next to 1).
@@ -115,6 +117,51 @@ class _OneHotArgmaxJVP(_OneHotArgmax):
         return softmax_vjp(logits, tangent, ctx.dim, ctx.tau)
 
 
+def _native_one_hot_argmax(logits: Tensor, dim: int, tau: float) -> Tensor:
+    r""":class:`_OneHotArgmax` recorded with autograd's own nodes, for non-empty float32 or
+    float64 logits that :func:`~hardgrad.ops._autograd.records_natively` accepts: the
+    softmax of the finite logits, copied (``clone``) and the copy overwritten with the
+    one-hot outside autograd. Backward is torch's softmax node, the kernel the Function
+    calls, so the gradient is the same bit for bit, with no Python in it.
+
+    The finite logits: ``logits`` themselves when every row's maximum (which ``torch.max``
+    gives with the index) lies in :math:`(-\text{big}, \infty)`, ``big`` being
+    :func:`~hardgrad._kernels.finite`'s stand-in for infinity. Then no entry is NaN or
+    :math:`+\infty`, and a :math:`-\infty` entry has weight exactly 0 as it would have
+    at :math:`-\text{big}` (:math:`e^{-\text{big} - m}` underflows), so the softmax is
+    the same bit for bit. Otherwise, and for ``tau != 1``, a copy (``logits.clone()`` or
+    ``logits / tau``) made finite in place outside autograd: the gradient passes through it
+    unchanged, or divided by ``tau``.
+
+    Why: inside a model, a Python Function node costs a backward pass about 8 µs, against
+    3 µs for a C++ copy node (chains of ``tanh(h @ W)`` layers, 2 threads), more than it
+    costs alone. A hard-attention model ((64, 32) logits) took 1.055-1.063x the detach
+    code's training step with the Function, 1.022x with this; the (64, 64) op alone,
+    forward and backward, 1.02-1.03x and 0.97-0.98x."""
+    big = _QUARTER_MAX[logits.dtype]
+    set_grad_enabled = torch._C._set_grad_enabled  # (enabled: records_natively checked it)
+    set_grad_enabled(False)
+    try:
+        values, index = torch.max(logits, dim, keepdim=True)
+        finite_as_is = False
+        if tau == 1:
+            lowest, highest = torch.aminmax(values)
+            finite_as_is = lowest.item() > -big and highest.item() < math.inf
+        set_grad_enabled(True)
+        finite_logits = logits
+        if not finite_as_is:
+            finite_logits = logits.clone() if tau == 1 else logits / tau
+            set_grad_enabled(False)
+            finite_logits.nan_to_num_(nan=0.0, posinf=big, neginf=-big)  # (no node saved it)
+            set_grad_enabled(True)
+        out = torch.softmax(finite_logits, dim).clone()  # (the softmax node saves its own)
+        set_grad_enabled(False)
+        out.zero_().scatter_(dim, index, 1.0)
+    finally:
+        set_grad_enabled(True)
+    return out
+
+
 def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor:
     r"""One-hot of the argmax along a dimension, with the softmax's gradient in backward.
 
@@ -131,7 +178,10 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
     https://arxiv.org/abs/1611.01144, without noise). Biased. Ties go to the first index,
     NaN counts as the largest value (``torch.argmax``); in backward NaN logits are read as 0
     and infinite ones as large finite values, so the gradient stays finite. Only the logits
-    are saved (no copy); the softmax is recomputed in backward.
+    are saved (no copy), and the softmax is recomputed in backward; on float32/float64 CPU
+    tensors of at most 8,192 elements in eager mode the op is recorded with torch's own
+    softmax and copy nodes instead (``grad_fn`` ``CloneBackward0``), which save the
+    softmax: the same values and gradients, with no Python in backward.
 
     Args:
         logits: floating tensor with at least one dimension.
@@ -144,12 +194,19 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
         >>> logits = torch.tensor([1.0, 3.0, 3.0, 0.0], requires_grad=True)
         >>> y = hg.one_hot_argmax(logits)
         >>> y
-        tensor([0., 1., 0., 0.], grad_fn=<_OneHotArgmaxBackward>)
+        tensor([0., 1., 0., 0.], grad_fn=<CloneBackward0>)
         >>> (y * torch.tensor([0.0, 1.0, 0.0, 0.0])).sum().backward(); logits.grad
         tensor([-0.0283,  0.2482, -0.2094, -0.0104])
     """
     d, t = _check_selection(logits, dim, tau, "logits")
+    if logits.dtype in _NATIVE_DTYPES and logits.numel() and records_natively(logits):
+        return _native_one_hot_argmax(logits, d, t)
     return apply_function(_OneHotArgmax, logits, d, t)
+
+
+#: The logits' dtypes that :func:`_native_one_hot_argmax` takes (half types compute in
+#: float32 and take the Function).
+_NATIVE_DTYPES = (torch.float32, torch.float64)
 
 
 def _soft_topk(x: Tensor, k: int, dim: int, tau: float) -> Tensor:
