@@ -143,8 +143,20 @@ class StraightThrough:
     def _eager_identity(self, x: Tensor) -> Tensor:
         """The plain straight-through of a callable in eager mode (no compile, transform or
         forward-mode level): the common case, with its checks made once."""
-        value = without_grad(self.hard, x)  # type: ignore[arg-type]
-        _check_like(value, x, "hard(x)")
+        # without_grad and _check_like inlined (eager mode known): 0.4 µs of a call.
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            value = self.hard(x)  # type: ignore[operator]
+        finally:
+            torch._C._set_grad_enabled(enabled)
+        if (
+            type(value) is not Tensor
+            or value.shape != x.shape
+            or value.dtype != x.dtype
+            or value.device != x.device
+        ):
+            _check_like(value, x, "hard(x)")  # raises, or passes a subclass
         if records_natively(x):
             return native_value(x, value)
         if _held_only_here(value, x):
