@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -71,3 +72,39 @@ def test_unknown_model_is_a_value_error() -> None:
             configs={"models": ModelsConfig(models=("nope",))},
             progress=PlainProgress(),
         )
+
+
+def _same_state(a: object, b: object) -> bool:
+    """Equal state-dict values: tensors bit for bit, dicts (extra state) entry by entry."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+        )
+    return a == b
+
+
+@pytest.mark.parametrize("name", ["binarynet-mlp", "vq-vae"])
+def test_training_restarts_from_its_snapshot(name: str) -> None:
+    """The models task starts every round from the warm-up snapshot: weights, buffers and
+    extra state (BatchNorm's running statistics, the VQ layer's usage counts and generator)
+    and Adam's state come back exactly, and the next step repeats the first one after the
+    snapshot."""
+    pair = build_pair(name, SETTINGS, TINY)
+    training = models_task.Training(pair, "hardgrad")
+    with pytest.raises(RuntimeError, match="keep"):
+        training.restart()
+    training.step()
+    training.keep()
+    kept = copy.deepcopy(pair.hardgrad.state_dict())
+    training.step()
+    after_one = copy.deepcopy(pair.hardgrad.state_dict())
+    assert not _same_state(after_one, kept)
+    training.step()
+    training.restart()
+    assert _same_state(pair.hardgrad.state_dict(), kept)
+    state = training.optimizer.state_dict()["state"]
+    assert all(int(s["step"]) == 1 for s in state.values())
+    training.step()
+    assert _same_state(pair.hardgrad.state_dict(), after_one)

@@ -71,10 +71,18 @@ element that lies on a rounding tie on the other side); for the stochastic MLP, 
 versions draw different noise, one stochastic layer's gradient given the same upstream
 gradient is compared (straight-through through the sigmoid does not depend on the draw).
 Batch 64, Adam (learning rate 1e-3), float32, on the bench's device and threads.
+
+Every round starts both models again from the snapshot taken after their two warm-up
+steps (weights, buffers and Adam state), so that both time the same stretch of early
+training. Without it, a run trains each model for thousands of steps on its one batch, to a
+loss near 0 with subnormal numbers in the optimizer state, and the faster model, taking
+more steps per round, gets there first: the timed work drifted apart between the two.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -600,19 +608,47 @@ class ModelPair:
 
     def step_fn(self, which: str) -> Callable[[], None]:
         """One training step of ``which`` (``"original"`` or ``"hardgrad"``)."""
-        model = self.original if which == "original" else self.hardgrad
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        inputs, targets, after, loss_fn = self.inputs, self.targets, self.after_step, self.loss
+        return Training(self, which).step
 
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model, inputs, targets)
-            loss.backward()
-            optimizer.step()
-            if after is not None:
-                after(model)
 
-        return step
+def _restart_all(trainings: list[Training], _round: int) -> None:
+    for training in trainings:
+        training.restart()
+
+
+class Training:
+    """One model of a pair with its Adam optimizer: a training step, and a snapshot of the
+    weights, buffers and optimizer state to start again from (:meth:`keep`,
+    :meth:`restart`)."""
+
+    def __init__(self, pair: ModelPair, which: str) -> None:
+        self.model = pair.original if which == "original" else pair.hardgrad
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self._pair = pair
+        self._kept: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    def step(self) -> None:
+        pair, model, optimizer = self._pair, self.model, self.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        pair.loss(model, pair.inputs, pair.targets).backward()
+        optimizer.step()
+        if pair.after_step is not None:
+            pair.after_step(model)
+
+    def keep(self) -> None:
+        """Take the snapshot that :meth:`restart` goes back to."""
+        self._kept = (
+            copy.deepcopy(self.model.state_dict()),
+            copy.deepcopy(self.optimizer.state_dict()),
+        )
+
+    def restart(self) -> None:
+        """Weights, buffers and optimizer state as :meth:`keep` saw them (in place: the
+        optimizer keeps its parameters)."""
+        if self._kept is None:
+            raise RuntimeError("Training.restart() before keep()")
+        self.model.load_state_dict(self._kept[0])
+        self.optimizer.load_state_dict(self._kept[1])
 
 
 def _batch(settings: BenchSettings, config: ModelsConfig) -> tuple[Tensor, Tensor]:
@@ -774,16 +810,19 @@ def run(settings: BenchSettings, config: ModelsConfig, progress: Progress) -> Ta
     for name in config.models:
         pair = build_pair(name, settings, config)
         errors = check_pair(pair)
-        steps = {"original": pair.step_fn("original"), "hardgrad": pair.step_fn("hardgrad")}
-        for step in steps.values():  # warm-up: allocator, Adam state, lazy init
-            step()
-            step()
+        trainings = {which: Training(pair, which) for which in ("original", "hardgrad")}
+        for training in trainings.values():  # warm-up: allocator, Adam state, lazy init
+            training.step()
+            training.step()
+            training.keep()
+
         times = time_interleaved(
-            steps,
+            {which: training.step for which, training in trainings.items()},
             rounds=config.rounds,
             min_run_time=config.min_run_time,
             threads=settings.threads,
             rng=rng,
+            after_round=functools.partial(_restart_all, list(trainings.values())),
         )
         paired = round_ratios(times, "hardgrad", "original")
         results[name] = {
