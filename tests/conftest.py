@@ -116,6 +116,7 @@ def autograd_route(request: pytest.FixtureRequest) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "function":
             patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+            patch.setattr(autograd_module, "NATIVE_VALUE_MAX_NUMEL", 0)
             patch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
         yield request.param
 
@@ -126,6 +127,7 @@ def function_route(monkeypatch: pytest.MonkeyPatch) -> None:
     import hardgrad.ops._autograd as autograd_module
 
     monkeypatch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+    monkeypatch.setattr(autograd_module, "NATIVE_VALUE_MAX_NUMEL", 0)
     monkeypatch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
 
 

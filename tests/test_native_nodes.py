@@ -98,6 +98,7 @@ def _both_routes(fn, monkeypatch):
     native = fn()
     with monkeypatch.context() as patch:
         patch.setattr(autograd_module, "NATIVE_NODE_MAX_NUMEL", 0)
+        patch.setattr(autograd_module, "NATIVE_VALUE_MAX_NUMEL", 0)
         patch.setattr(autograd_module, "NATIVE_CLAMP_MAX_NUMEL", 0)
         function = fn()
     return native, function
@@ -173,6 +174,21 @@ def test_straight_through_callable_and_tensor_match_the_function(soft, dtype, mo
         assert node_n in NATIVE_NODES and node_f not in NATIVE_NODES
         assert _same(y_n, y_f) and _same(g_n, g_f)
         assert _same(y_n, value.detach())
+
+
+@pytest.mark.parametrize("soft", [None, "clipped"])
+def test_a_computed_value_switches_route_at_its_own_limit(soft):
+    """The straight-through of a computed value (a callable's result, a tensor) stays on
+    autograd's own nodes up to NATIVE_VALUE_MAX_NUMEL elements, beyond the elementwise ops'
+    NATIVE_NODE_MAX_NUMEL, and takes the Function above it."""
+    value_limit = autograd_module.NATIVE_VALUE_MAX_NUMEL
+    assert value_limit > LIMIT
+    for n, native in ((LIMIT + 1, True), (value_limit, True), (value_limit + 1, False)):
+        x = _input(n)
+        for hard in (lambda t: torch.round(t * 3) / 3, torch.round(x.detach() * 3) / 3):
+            y = hg.straight_through(hard, soft)(x)
+            assert (_node(y) in NATIVE_NODES) is native, (n, hard)
+        assert (_node(hg.round(x)) in NATIVE_NODES) is False  # the ops keep their own limit
 
 
 def test_a_smooth_surrogate_keeps_the_function():

@@ -125,7 +125,7 @@ def test_nothing_is_copied_for_a_surrogate_soft():
 
 @pytest.mark.parametrize("soft", [None, "clipped"])
 def test_a_small_cpu_output_is_a_copy_that_neither_side_can_change(soft):
-    """Up to NATIVE_NODE_MAX_NUMEL elements the output is a copy recorded by autograd's own
+    """Up to NATIVE_VALUE_MAX_NUMEL elements the output is a copy recorded by autograd's own
     nodes: changing it in place leaves ``z_q`` alone, changing ``z_q`` afterwards leaves it
     (and its gradient) alone."""
     z, codebook = _vq_setup()
@@ -323,7 +323,7 @@ def test_a_new_hard_value_is_the_output_itself_in_a_fresh_interpreter():
     code = (
         "import torch, hardgrad as hg\n"
         "from hardgrad.ops import _autograd\n"
-        "x = torch.randn(_autograd.NATIVE_NODE_MAX_NUMEL + 1, requires_grad=True)\n"
+        "x = torch.randn(_autograd.NATIVE_VALUE_MAX_NUMEL + 1, requires_grad=True)\n"
         "y = hg.straight_through(torch.round)(x)\n"
         "print(type(y.grad_fn).__name__)\n"
     )

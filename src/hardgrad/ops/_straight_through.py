@@ -27,7 +27,7 @@ from ._autograd import (
     masked,
     native_value,
     plain_apply,
-    records_natively,
+    records_value_natively,
 )
 
 TensorFn = Callable[[Tensor], Tensor]
@@ -118,7 +118,7 @@ def value_with_identity_gradient(value: Tensor, x: Tensor) -> Tensor:
     shape, dtype and device: the same op (a view of ``value``, or a copy on small CPU
     tensors; the gradient to ``x`` unchanged), without re-checking them (3 µs of a VQ
     layer's call)."""
-    if records_natively(x):
+    if records_value_natively(x):
         return native_value(x, value)
     out: Tensor = apply_function(_ValueWithSurrogate, x, value, None, _IDENTITY)
     return out
@@ -157,7 +157,7 @@ class StraightThrough:
             or value.device != x.device
         ):
             _check_like(value, x, "hard(x)")  # raises, or passes a subclass
-        if records_natively(x):
+        if records_value_natively(x):
             return native_value(x, value)
         if _held_only_here(value, x):
             # A new tensor no one else holds becomes the output itself: no view to protect
@@ -192,7 +192,7 @@ class StraightThrough:
             keep = None
             if surrogate.kind == "indicator":
                 keep = storable_mask(without_grad(surrogate.support, x))
-            if surrogate.kind != "smooth" and records_natively(x):
+            if surrogate.kind != "smooth" and records_value_natively(x):
                 return native_value(x, value, keep)
             y: Tensor = apply_function(_ValueWithSurrogate, x, value, keep, surrogate)
             return y
@@ -268,7 +268,7 @@ def straight_through(
       custom Function rather than silently changing the other. (In eager mode, when
       ``hard(x)`` made a new tensor that nothing else references, there is no other to
       protect: that tensor becomes the output itself, which saves the view's cost.) On a
-      CPU tensor of at most 8,192 elements in eager mode the output is instead a copy
+      CPU tensor of at most 65,536 elements in eager mode the output is instead a copy
       of the hard value, recorded with autograd's own nodes (``x.clone()`` or
       ``x * mask``, then overwritten): faster there than a Python backward, and just as
       separate from the hard value. With a callable ``soft`` the output is computed as
