@@ -48,6 +48,50 @@ def test_loss_mode_losses_and_gradients():
     torch.testing.assert_close(z.grad, 0.3 * 2 * (z.detach() - rows) / z.numel())
 
 
+def _general_st_forward(vq, z, d):
+    """The straight-through VQ layer with the codebook loss written from the public pieces:
+    hg.vector_quantize for (z_q, indices), then the commitment and codebook losses."""
+    codebook = vq.codebook.to(z.dtype)
+    z_q, indices = hg.vector_quantize(z, codebook, dim=d, estimator="st", distance=vq.distance)
+    compute = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
+    loss = vq.commitment_weight * F.mse_loss(z.to(compute), z_q.detach().to(compute))
+    rows = F.embedding(indices.reshape(-1), codebook).reshape(*indices.shape, vq.dim)
+    rows = rows.movedim(-1, d)
+    return z_q, indices, loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("shape", "channel_dim"), [((64, 16, 8), -1), ((4, 8, 6, 5), 1), ((3, 8), -1)]
+)
+@pytest.mark.parametrize("distance", ["l2", "cosine"])
+def test_the_straight_through_layer_equals_its_public_pieces(dtype, shape, channel_dim, distance):
+    """The layer's one-gather straight-through path (estimator "st", codebook loss): z_q,
+    indices, loss, the usage counts and the gradients to z and the codebook equal those of
+    hg.vector_quantize plus the written-out losses bit for bit, on the native copy route
+    (small z) and the Function route (65,536 elements and more), channels last and not."""
+    g = torch.Generator().manual_seed(3)
+    for scale in (1, 128):  # 128: above NATIVE_VALUE_MAX_NUMEL for the larger shapes
+        sizes = (shape[0] * scale, *shape[1:])
+        torch.manual_seed(0)
+        vq = hg.nn.VectorQuantize(12, 8, distance=distance, channel_dim=channel_dim)
+        with torch.no_grad():
+            vq.codebook.normal_(generator=g)
+        z = torch.randn(sizes, generator=g).to(dtype).requires_grad_()
+        weights = torch.randn(sizes, generator=g).to(dtype)
+        d = channel_dim % z.dim()
+        results = []
+        for forward in (vq, lambda t: _general_st_forward(vq, t, d)):
+            z_q, indices, loss = forward(z)
+            total = (z_q.float() * weights.float()).sum() + loss
+            grads = torch.autograd.grad(total, (z, vq.codebook))
+            results.append((z_q.detach(), indices, loss.detach(), *grads))
+        counts = vq.batch_counts.clone()
+        for a, b in zip(*results, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        assert torch.equal(counts, torch.bincount(results[1][1].reshape(-1), minlength=12).float())
+
+
 def test_ema_update_matches_float64_reference_and_eval_freezes():
     torch.manual_seed(1)
     vq = hg.nn.VectorQuantize(5, 3, codebook_update="ema", decay=0.9, eps=1e-3)

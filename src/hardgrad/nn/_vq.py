@@ -15,9 +15,10 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._checkpoint import SettingsInState
-from .._kernels import eager_plain, opmath_dtype, without_grad
+from .._kernels import cast, eager_plain, opmath_dtype, without_grad
 from .._validation import check_floating, check_int, check_positive, check_real
 from ..estimators import Estimator
+from ..ops._straight_through import value_with_identity_gradient
 
 CODEBOOK_UPDATES = ("loss", "ema")
 
@@ -214,6 +215,8 @@ class VectorQuantize(SettingsInState, nn.Module):
         if self.training and not self._initialized and z.numel() > 0:
             self._kmeans(z.detach().movedim(d, -1).reshape(-1, self.dim))
         codebook = self.codebook.to(z.dtype)
+        if self.estimator == "st" and self.codebook_update == "loss" and z.numel() > 0:
+            return self._straight_through_with_loss(z, codebook, d)
         # A stochastic estimator samples codes in training only; evaluation takes the
         # nearest code (its mode), as Gumbel-VQ models do at test time.
         deterministic = self.estimator in ("st", "rotation")
@@ -237,6 +240,30 @@ class VectorQuantize(SettingsInState, nn.Module):
             loss = loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
         flat = _vq.code_last(z.detach(), d).reshape(-1, self.dim)
         without_grad(self._update, flat, indices.reshape(-1))
+        return z_q, indices, loss
+
+    def _straight_through_with_loss(
+        self, z: Tensor, codebook: Tensor, d: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` for ``estimator="st"`` with the codebook loss: what
+        :func:`hardgrad.vector_quantize` and the loss compute (the same values and gradients
+        bit for bit), from one gather of the chosen codes instead of two. ``F.embedding``
+        gathers them with the codebook's gradient, for the codebook loss; the
+        straight-through and the commitment loss take their detached value. About 30 µs
+        less a VQ-VAE training step (1,024 rows of 256 x 32 codes): 1.023 -> 0.995 of the
+        hand-written layer's step, 15 interleaved rounds."""
+        _vq._check_codebook(z, codebook, d)
+        indices = _vq._nearest(z, codebook.detach(), d, self.distance, validate=True)
+        flat_indices = indices.reshape(-1)
+        gathered = F.embedding(flat_indices, codebook).reshape(_vq.code_last_shape(z, d))
+        rows = _vq.code_back(gathered, d)
+        value = rows.detach()
+        z_q = value_with_identity_gradient(value, z)
+        compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
+        loss = self.commitment_weight * F.mse_loss(cast(z, compute), cast(value, compute))
+        loss = loss + F.mse_loss(cast(rows, compute), cast(z.detach(), compute))
+        flat = _vq.code_last(z.detach(), d).reshape(-1, self.dim)
+        without_grad(self._update, flat, flat_indices)
         return z_q, indices, loss
 
     def _update(self, rows: Tensor, indices: Tensor) -> None:
