@@ -4,6 +4,7 @@ reference, training vs eval, dead-code restarts, k-means, checkpoints, two gloo 
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def test_loss_mode_losses_and_gradients():
     torch.testing.assert_close(z.grad, 0.3 * 2 * (z.detach() - rows) / z.numel())
 
 
-def _general_st_forward(vq, z, d):
+def _general_st_forward(vq, z, *, d):
     """The straight-through VQ layer with the codebook loss written from the public pieces:
     hg.vector_quantize for (z_q, indices), then the commitment and codebook losses."""
     codebook = vq.codebook.to(z.dtype)
@@ -81,7 +82,7 @@ def test_the_straight_through_layer_equals_its_public_pieces(dtype, shape, chann
         weights = torch.randn(sizes, generator=g).to(dtype)
         d = channel_dim % z.dim()
         results = []
-        for forward in (vq, lambda t: _general_st_forward(vq, t, d)):
+        for forward in (vq, functools.partial(_general_st_forward, vq, d=d)):
             z_q, indices, loss = forward(z)
             total = (z_q.float() * weights.float()).sum() + loss
             grads = torch.autograd.grad(total, (z, vq.codebook))
