@@ -143,7 +143,8 @@ class StraightThrough:
     def _eager_identity(self, x: Tensor) -> Tensor:
         """The plain straight-through of a callable in eager mode (no compile, transform or
         forward-mode level): the common case, with its checks made once."""
-        # without_grad and _check_like inlined (eager mode known): 0.4 µs of a call.
+        # without_grad and _check_like inlined (eager mode known): measured 0.1-0.3 µs of a
+        # 14 µs call (16,384 elements).
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
