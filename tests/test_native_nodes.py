@@ -394,3 +394,29 @@ def test_one_hot_argmax_double_backward_and_untouched_input(tau, monkeypatch):
     with torch.no_grad():
         y.add_(1)
     assert y.sum() == 2 * 60 - 54
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_one_hot_argmax_under_checkpointing_and_anomaly_mode(reentrant):
+    """The native one_hot_argmax (both branches: tau 1 with finite logits as they are, tau
+    0.5 through the finite copy) recomputed by torch.utils.checkpoint, and run under
+    anomaly detection, gives the plain run's gradients."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 32, generator=g, requires_grad=True)
+    x = torch.randn(8, 16, generator=g, requires_grad=True)
+
+    def block(t: torch.Tensor) -> torch.Tensor:
+        logits = t @ w
+        first = (hg.one_hot_argmax(logits) * torch.arange(32.0)).sum()
+        return first + (hg.one_hot_argmax(logits, tau=0.5) * logits).sum()
+
+    assert _node(hg.one_hot_argmax(x @ w)) == "CloneBackward0"
+    block(x).backward()
+    plain = (w.grad.clone(), x.grad.clone())
+    w.grad = x.grad = None
+    torch.utils.checkpoint.checkpoint(block, x, use_reentrant=reentrant).backward()
+    assert torch.equal(w.grad, plain[0]) and torch.equal(x.grad, plain[1])
+    w.grad = x.grad = None
+    with torch.autograd.set_detect_anomaly(True):
+        block(x).backward()
+    assert torch.equal(w.grad, plain[0]) and torch.equal(x.grad, plain[1])
