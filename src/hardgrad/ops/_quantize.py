@@ -171,7 +171,15 @@ def _small_lsq_applies(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> b
         learns
         and x.numel() < MASK_CONVERT_MIN_NUMEL
         and torch.is_grad_enabled()
-        and plain_apply()
+        and _plain_eager_call(x, scale, zero_point)
+    )
+
+
+def _plain_eager_call(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
+    """Plain eager mode (:func:`plain_apply`) and no argument a tensor left over from an
+    exited ``torch.func`` transform: where a call may skip :func:`apply_function`."""
+    return (
+        plain_apply()
         and not _is_wrapped(x)
         and not _is_wrapped(scale)
         and (zero_point is None or not _is_wrapped(zero_point))
@@ -579,13 +587,7 @@ def _unrecorded(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
     """Whether a call records nothing and can skip the Function: grad mode off (``no_grad``,
     ``inference_mode``: evaluation) in plain eager mode, no tensor left over from an
     exited ``torch.func`` transform."""
-    return (
-        not torch.is_grad_enabled()
-        and plain_apply()
-        and not _is_wrapped(x)
-        and not _is_wrapped(scale)
-        and (zero_point is None or not _is_wrapped(zero_point))
-    )
+    return not torch.is_grad_enabled() and _plain_eager_call(x, scale, zero_point)
 
 
 def _values_alone(
