@@ -41,7 +41,13 @@ from torch import Tensor
 
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_floating, check_int, check_positive
-from .ops._autograd import IdentityGradient, apply_function, cached_signature, forward_mode
+from .ops._autograd import (
+    IdentityGradient,
+    apply_function,
+    cached_signature,
+    forward_mode,
+    mark_non_differentiable,
+)
 
 __all__ = [
     "IMLE_NOISES",
@@ -265,7 +271,7 @@ class _Perturbed(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _, noise, _, sigma, kind, _ = inputs
-        ctx.mark_non_differentiable(output[1])
+        mark_non_differentiable(ctx, output[1])
         ctx.save_for_backward(noise, output[1])
         ctx.sigma, ctx.kind = sigma, kind
 
@@ -298,7 +304,7 @@ class _PerturbedFenchelYoung(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _, target, *_ = inputs
-        ctx.mark_non_differentiable(output[1])
+        mark_non_differentiable(ctx, output[1])
         ctx.save_for_backward(target, output[1])
 
     @staticmethod
@@ -323,7 +329,7 @@ class _IMLE(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         theta, noise, solver, lam = inputs
-        ctx.mark_non_differentiable(output[1])
+        mark_non_differentiable(ctx, output[1])
         ctx.save_for_backward(theta, noise, output[1])
         ctx.solver, ctx.lam = solver, lam
 

@@ -24,7 +24,7 @@ from torch.nn.functional import softplus
 
 from .._kernels import argmax, cast, constant, eager_plain, finite, one_hot, opmath, softmax_vjp
 from .._validation import check_int, check_positive
-from ..ops._autograd import apply_function, cached_signature
+from ..ops._autograd import apply_function, cached_signature, mark_non_differentiable
 from . import _gumbel_rao as rao
 from ._base import ESTIMATORS, Estimator, logistic_pair, uniform
 from ._gumbel_rao import Replay
@@ -142,7 +142,7 @@ class _BinarySample(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         logits, _, ctx.kind, ctx.tau = inputs
         sample, difference = output
-        ctx.mark_non_differentiable(difference)
+        mark_non_differentiable(ctx, difference)
         if ctx.kind == "st":
             ctx.save_for_backward(logits)
         elif ctx.kind in ("st_gumbel", "relaxed"):
@@ -217,7 +217,7 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _, _, ctx.dim, ctx.tau = inputs
         perturbed = output[1]
-        ctx.mark_non_differentiable(perturbed)
+        mark_non_differentiable(ctx, perturbed)
         ctx.save_for_backward(perturbed)  # the one tensor backward needs: 4 bytes/element
 
     @staticmethod
@@ -289,7 +289,7 @@ class _GappedSample(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _, _, ctx.dim, ctx.tau, _ = inputs
         gapped = output[1]
-        ctx.mark_non_differentiable(gapped)
+        mark_non_differentiable(ctx, gapped)
         ctx.save_for_backward(gapped)
 
     @staticmethod
@@ -331,7 +331,7 @@ class _BinaryGappedSample(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         ctx.tau = inputs[2]
         difference = output[1]
-        ctx.mark_non_differentiable(difference)
+        mark_non_differentiable(ctx, difference)
         ctx.save_for_backward(difference)
 
     @staticmethod
@@ -445,7 +445,7 @@ class _BinaryGumbelRaoSample(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         slope = output[1]
-        ctx.mark_non_differentiable(slope)
+        mark_non_differentiable(ctx, slope)
         ctx.save_for_backward(slope)
 
     @staticmethod

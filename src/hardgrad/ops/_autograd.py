@@ -150,6 +150,22 @@ def plain_apply() -> bool:
     )
 
 
+def mark_non_differentiable(ctx: Any, *outputs: Tensor) -> None:
+    """``ctx.mark_non_differentiable(*outputs)``, and in eager mode no zeros for their
+    gradients in backward.
+
+    Autograd hands a Function's backward a zero tensor for every output that got no
+    gradient, non-differentiable ones included, unless told otherwise: an allocation and a
+    pass per mask or auxiliary output, on every backward, for an argument the backward
+    ignores (``None`` is passed instead). The differentiable outputs' gradients are still
+    materialized. Not under ``torch.compile``, where Dynamo does not trace the setting
+    (and AOTAutograd makes its own choice for the compiled graph's Function).
+    """
+    ctx.mark_non_differentiable(*outputs)
+    if not torch.compiler.is_compiling():
+        ctx._materialize_non_diff_grads = False
+
+
 def apply_function(function: type[torch.autograd.Function], *args: Any) -> Any:
     """``function.apply(*args)`` without its per-call cost in plain eager mode.
 
@@ -403,7 +419,7 @@ class MaskedGradientJVP(MaskedGradient):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         keep = output[1]
-        ctx.mark_non_differentiable(keep)
+        mark_non_differentiable(ctx, keep)
         ctx.save_for_backward(keep)
         ctx.save_for_forward(keep)
 

@@ -27,6 +27,7 @@ from ._autograd import (
     float_compare,
     float_mask,
     keeps_float_mask,
+    mark_non_differentiable,
     masked,
     saved_mask,
 )
@@ -249,7 +250,7 @@ class _ClampFixedTensorBounds(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        ctx.mark_non_differentiable(output[1])
+        mark_non_differentiable(ctx, output[1])
         ctx.identity = inputs[3]
         if not ctx.identity:
             ctx.save_for_backward(output[1])
@@ -283,7 +284,7 @@ class _ClampTensorBounds(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
         _x, lo, hi, ctx.identity, _learns = inputs
         masks = output[1:]
-        ctx.mark_non_differentiable(*masks)
+        mark_non_differentiable(ctx, *masks)
         ctx.save_for_backward(*masks)
         ctx.shapes = (lo.shape, hi.shape)
 

@@ -40,6 +40,7 @@ from ._autograd import (
     base_apply,
     cached_signature,
     forward_mode,
+    mark_non_differentiable,
     masked,
     plain_apply,
 )
@@ -396,7 +397,7 @@ class _FakeQuantizeJVP(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         x, scale, zero_point, quant_min, quant_max, identity, grad_scale, unrounded = inputs[:8]
         keep = output[1]
-        ctx.mark_non_differentiable(keep)
+        mark_non_differentiable(ctx, keep)
         _save_settings(ctx, x, identity, grad_scale, unrounded, inputs[8], quant_min, quant_max)
         ctx.save_for_backward(keep, x, scale, zero_point)
         ctx.save_for_forward(keep, x, scale, zero_point)
