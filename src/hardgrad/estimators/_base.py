@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import abc
 import functools
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -16,6 +17,8 @@ from ._probs import binary_log_odds, sample_from_probs
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
 ESTIMATORS: Registry[type[Estimator]] = Registry("estimator")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Estimator(abc.ABC):
@@ -80,7 +83,19 @@ class Estimator(abc.ABC):
 
     def sample_bernoulli(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
         """What :func:`hardgrad.bernoulli` runs for log-odds: :meth:`bernoulli` on
-        :meth:`bernoulli_noise`, or an equivalent single step (see :meth:`sample_categorical`)."""
+        :meth:`bernoulli_noise`, or an equivalent single step (see :meth:`sample_categorical`).
+
+        In eager mode, where :meth:`bernoulli` takes the logistic difference alone
+        (:func:`accepts_logistic_difference`) and the noise is the default logistic pair
+        ``(0, L)``, it gets :math:`L` without the pair: the same draws, sample and gradient,
+        without building the pair and subtracting its zero half."""
+        if (
+            self.logistic_bernoulli_noise
+            and getattr(type(self).bernoulli, "accepts_logistic_difference", False)
+            and type(self).bernoulli_noise is Estimator.bernoulli_noise
+            and eager_plain(logits)
+        ):
+            return self.bernoulli(logits, logistic_noise(logits, generator))
         return self.bernoulli(logits, self.bernoulli_noise(logits, generator))
 
     def sample_bernoulli_probs(self, probs: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -235,9 +250,32 @@ def logistic_pair(like: Tensor, generator: torch.Generator | None) -> Tensor:
     # (a log into every other float of 4,096: 17.9 vs 2.9 µs).
     pair = u.new_empty(2, *u.shape).movedim(0, -1)
     pair[..., 0].zero_()
-    ratio = torch.sub(constant(1.0, u), u)
-    torch.log(torch.div(u, ratio, out=ratio), out=pair[..., 1])
+    _logistic_of(u, out=pair[..., 1])
     return pair
+
+
+def _logistic_of(u: Tensor, out: Tensor) -> Tensor:
+    """``log(u / (1 - u))`` of uniforms ``u``, written into ``out`` (eager mode)."""
+    ratio = torch.sub(constant(1.0, u), u)
+    return torch.log(torch.div(u, ratio, out=ratio), out=out)
+
+
+def logistic_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """The logistic half ``L`` of :func:`logistic_pair`, shaped like ``like``, from the same
+    draws of ``generator`` and with the same bits (eager mode): the noise of a Bernoulli
+    sample whose estimator takes the difference :math:`g_1 - g_0` alone
+    (:func:`accepts_logistic_difference`)."""
+    u = uniform(like, generator)
+    return _logistic_of(u, out=u)
+
+
+def accepts_logistic_difference(bernoulli: F) -> F:
+    """Mark an estimator's ``bernoulli(logits, noise)`` as taking, besides the two-class
+    noise pair (shape ``(*logits.shape, 2)``), the logistic difference :math:`g_1 - g_0`
+    alone (``logits``' shape; the pair's first class is then 0). A subclass that overrides
+    the method without this mark gets pairs only."""
+    bernoulli.accepts_logistic_difference = True  # type: ignore[attr-defined]
+    return bernoulli
 
 
 def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -26,7 +26,7 @@ from .._kernels import argmax, cast, constant, eager_plain, finite, one_hot, opm
 from .._validation import check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature, mark_non_differentiable
 from . import _gumbel_rao as rao
-from ._base import ESTIMATORS, Estimator, logistic_pair, uniform
+from ._base import ESTIMATORS, Estimator, accepts_logistic_difference, logistic_pair, uniform
 from ._gumbel_rao import Replay
 
 
@@ -46,7 +46,11 @@ def _check_tau(tau: Any) -> float:
 
 
 def _perturbed_log_odds(logits: Tensor, gumbel: Tensor) -> Tensor:
-    r""":math:`d = \ell + g_1 - g_0` in the noise's (compute) dtype."""
+    r""":math:`d = \ell + g_1 - g_0` in the noise's (compute) dtype, for the two-class noise
+    pair ``gumbel`` (shape ``(*logits.shape, 2)``) or the difference :math:`g_1 - g_0`
+    alone (``logits``' shape, see :func:`~hardgrad.estimators._base.accepts_logistic_difference`)."""
+    if gumbel.dim() == logits.dim():
+        return cast(logits, gumbel.dtype) + gumbel
     g0, g1 = gumbel.unbind(-1)
     difference = cast(logits, gumbel.dtype) + g1
     return difference.sub_(g0) if eager_plain(difference) else difference - g0
@@ -528,6 +532,7 @@ class ST(_Tempered):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_StraightThroughSample, logits, noise, dim, self.tau)
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         return apply_function(_BinarySample, logits, noise, "st", self.tau)[0]
 
@@ -559,6 +564,7 @@ class STIdentity(Estimator):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_IdentitySample, logits, noise, dim)
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         return apply_function(_BinarySample, logits, noise, "identity", 1.0)[0]
 
@@ -594,6 +600,7 @@ class GumbelSoftmax(_Tempered):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_Relaxation, logits, noise, dim, self.tau)
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         r"""Class 1 of the two-class relaxation in its direct form,
         :math:`\sigma((\ell + g_1 - g_0)/\tau)` (:math:`g_1 - g_0` is logistic): the
@@ -633,6 +640,7 @@ class STGumbel(_Tempered):
         sample, _ = apply_function(_GumbelStraightThroughSample, logits, noise, dim, self.tau)
         return sample
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         return apply_function(_BinarySample, logits, noise, "st_gumbel", self.tau)[0]
 
@@ -775,6 +783,7 @@ class ReinMax(_Tempered):
     def categorical(self, logits: Tensor, noise: Tensor, dim: int) -> Tensor:
         return apply_function(_ReinMaxSample, logits, noise, dim, self.tau)
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         return apply_function(_BinarySample, logits, noise, "reinmax", self.tau)[0]
 
@@ -828,5 +837,6 @@ class GST(_Tempered):
         sample, _ = apply_function(_GappedSample, logits, noise, dim, self.tau, self.gap)
         return sample
 
+    @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
         return apply_function(_BinaryGappedSample, logits, noise, self.tau, self.gap)[0]
