@@ -91,7 +91,14 @@ def test_speed_samplers_every_pathwise_estimator(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = SpeedConfig(
-        matrix=(32, 16), ops=(), rounds=2, min_run_time=0.002, compile=False, plot=False, lsq=False
+        matrix=(32, 16),
+        ops=(),
+        rounds=2,
+        min_run_time=0.002,
+        compile=False,
+        plot=False,
+        lsq=False,
+        small_numel=64,
     )
     document = _run(tmp_path, config, capsys)
     results = document["tasks"]["speed"]["results"]
@@ -114,6 +121,14 @@ def test_speed_samplers_every_pathwise_estimator(
         for cand in entry["candidates"].values():
             assert _positive(cand["eager_ms"]) and len(cand["eager_rounds_ms"]) == config.rounds
             assert cand["bytes_per_element"] >= 0
+            assert _positive(cand["small_ms"]) and cand["bytes_per_element_small"] >= 0
+        # The same rows on the small input (64 elements), compared with the same candidates.
+        small = entry["small"]
+        assert list(small["rows"]) == PATHWISE and _positive(small["floor_ms"])
+        for name, row in small["rows"].items():
+            assert _positive(row["ratio"]) and len(row["round_ratios"]) == config.rounds
+            assert row["compared_with"] == eager["rows"][name]["compared_with"]
+    assert categorical["small_shape"] == [4, 16] and bernoulli["small_shape"] == [64]
     rows = categorical["eager"]["rows"]
     # Each estimator against the torch sampler with its semantics, the rest labelled.
     expected = {
@@ -138,6 +153,7 @@ def test_speed_samplers_every_pathwise_estimator(
     assert categorical["candidates"]["hg.st_gumbel"]["forward_mismatches"] == 0
     report = (tmp_path / "report.md").read_text()
     assert "### Samplers, eager" in report and "| categorical st_gumbel " in report
+    assert "### Samplers, small tensors" in report and "| bernoulli st (64,) " in report
     assert "| bernoulli st " in report and "common reference" in report
     assert "### Eager: hardgrad" not in report  # no ops were run
 

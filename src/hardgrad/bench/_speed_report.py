@@ -352,18 +352,20 @@ def plot(ops: dict[str, Any], names: list[str], out: Path) -> str | None:
 
 
 def _sampler_table(samplers: dict[str, Any], mode: str) -> Table:
-    suffix = "_compiled" if mode == "compiled" else ""
+    suffix = {"eager": "", "compiled": "_compiled", "small": "_small"}[mode]
     title = {
         "eager": "Samplers, eager: hardgrad vs the torch sampler with the same semantics",
         "compiled": "Samplers, torch.compile: every candidate compiled, global RNG",
+        "small": "Samplers, small tensors, eager: the fixed per-call cost (µs)",
     }[mode]
+    unit, fmt = ("µs", _fmt_us) if mode == "small" else ("ms", _fmt_ms)
     table = Table(
         title=title,
         columns=[
             "sampler",
             "compared with",
-            "hardgrad ms",
-            "alternative (ms)",
+            f"hardgrad {unit}",
+            f"alternative ({unit})",
             "ratio (≤ 1), rounds hg faster",
             "× floor",
             "bytes/elt saved: hg vs alternative",
@@ -378,14 +380,15 @@ def _sampler_table(samplers: dict[str, Any], mode: str) -> Table:
             best = summary["best_alternative"]
             hg_bytes = record[f"hg.{name}"].get(f"bytes_per_element{suffix}")
             alt_bytes = None if best is None else record[best].get(f"bytes_per_element{suffix}")
+            shape = f" {tuple(entry['small_shape'])}" if mode == "small" else ""
             table.rows.append(
                 [
-                    f"{kind} {name}",
+                    f"{kind} {name}{shape}",
                     summary["compared_with"],
-                    _fmt_ms(summary["hardgrad_ms"]),
+                    fmt(summary["hardgrad_ms"]),
                     "-"
                     if best is None
-                    else f"{summary['best_alternative_label']} {_fmt_ms(summary['best_alternative_ms'])}",
+                    else f"{summary['best_alternative_label']} {fmt(summary['best_alternative_ms'])}",
                     _ratio_cell(summary),
                     f"{summary['x_floor']:.2f}",
                     f"{_fmt_bytes(hg_bytes)} vs {_fmt_bytes(alt_bytes)}"
@@ -503,13 +506,21 @@ def _sampler_notes(samplers: dict[str, Any], config: SpeedConfig) -> list[str]:
             + "; ".join(rounding)
             + "."
         )
-    for mode in ("eager", "compiled"):
+    small_shapes = {kind: e["small_shape"] for kind, e in samplers.items() if e.get("small")}
+    if small_shapes:
+        notes.append(
+            "Small tensors (the same rows, eager): "
+            + ", ".join(f"{kind} on {tuple(shape)}" for kind, shape in small_shapes.items())
+            + "; at this size the time is mostly the fixed per-call cost (Python, dispatch, "
+            "the autograd nodes) and the random number generation."
+        )
+    for mode in ("eager", "compiled", "small"):
         missed = [
             f"{kind} {name} ({s['ratio']:.2f}× {s['best_alternative_label']}, "
             f"{s['compared_with']}, faster in {s['rounds_faster']}/{len(s['round_ratios'])} "
             "rounds)"
             for kind, entry in samplers.items()
-            if entry[mode] is not None
+            if entry.get(mode) is not None
             for name, s in entry[mode]["rows"].items()
             if s["ratio"] > 1.0
         ]
@@ -568,5 +579,7 @@ def sampler_tables(samplers: dict[str, Any], config: SpeedConfig) -> list[Table]
     tables = [eager]
     if any(e["compiled"] is not None for e in samplers.values()):
         tables.append(_sampler_table(samplers, "compiled"))
+    if any(e.get("small") is not None for e in samplers.values()):
+        tables.append(_sampler_table(samplers, "small"))
     tables.append(_sampler_detail_table(samplers))
     return tables

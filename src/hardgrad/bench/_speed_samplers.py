@@ -374,7 +374,7 @@ def _run_group(
     """Check, measure bytes and time one family's samplers in one mode (eager/compiled)."""
     where = f"speed/samplers/{kind}/{mode}"
     compiled = mode == "compiled"
-    suffix = "_compiled" if compiled else ""
+    suffix = {"eager": "", "compiled": "_compiled", "small": "_small"}[mode]
     candidates = candidates_for(kind, names, settings, compiled)
     x, g = _inputs(kind, matrix, settings)
     steps: dict[str, Callable[[], None]] = {}
@@ -431,7 +431,11 @@ def _run_group(
     steps.update(copy_floors(x))
     for step in steps.values():  # warm-up: allocator, caches (the check was the first call)
         step()
-    faults = {k: page_faults_per_call(step, calls=1) for k, step in steps.items()}
+    faults = (
+        {k: page_faults_per_call(step, calls=1) for k, step in steps.items()}
+        if mode != "small"
+        else {}
+    )
     times = time_interleaved(
         steps, rounds=rounds, min_run_time=min_run_time, threads=settings.threads, rng=rng
     )
@@ -440,12 +444,13 @@ def _run_group(
         if cand.key in times:
             record[cand.key][f"{mode}_ms"] = medians[cand.key]
             record[cand.key][f"{mode}_rounds_ms"] = [ms(t) for t in times[cand.key]]
-            record[cand.key][f"page_faults{suffix}"] = faults[cand.key]
+            if cand.key in faults:
+                record[cand.key][f"page_faults{suffix}"] = faults[cand.key]
     result: dict[str, Any] = {
         "floor_ms": medians["floor"],
         "floor_alloc_ms": medians["floor_alloc"],
         "floor_rounds_ms": [ms(t) for t in times["floor"]],
-        "floor_page_faults": faults["floor"],
+        "floor_page_faults": faults.get("floor"),
         "rows": {},
     }
     for name in names:
@@ -465,8 +470,12 @@ def run_samplers(
     settings: BenchSettings,
     rng: random.Random,
     progress: Progress,
+    small_matrix: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Every sampler family in ``rows``, eagerly and compiled; ``results.json``'s ``samplers``."""
+    """Every sampler family in ``rows``, eagerly and compiled, and eagerly on the small
+    ``small_matrix`` (categorical logits of that shape, as many Bernoulli log-odds as it has
+    elements; ``None``: not timed), where the fixed per-call cost shows; ``results.json``'s
+    ``samplers``."""
     out: dict[str, Any] = {}
     for kind in KINDS:
         names = [r.split("/", 1)[1] for r in rows if r.split("/", 1)[0] == kind]
@@ -482,10 +491,18 @@ def run_samplers(
             "compiled_estimators": compiled_names,
             "candidates": record,
             "compiled": None,
+            "small": None,
         }
         common = (matrix, rounds, min_run_time, settings, rng, progress, record)
         entry["eager"] = _run_group(kind, names, "eager", *common)
         progress.advance(f"samplers/{kind}: eager done")
+        if small_matrix is not None:
+            small = (small_matrix, *common[1:])
+            entry["small_shape"] = (
+                list(small_matrix) if kind == "categorical" else [small_matrix[0] * small_matrix[1]]
+            )
+            entry["small"] = _run_group(kind, names, "small", *small)
+            progress.advance(f"samplers/{kind}: small done")
         if compiled_names:
             entry["compiled"] = _run_group(kind, compiled_names, "compiled", *common)
             torch._dynamo.reset()
@@ -494,8 +511,8 @@ def run_samplers(
     return out
 
 
-def progress_steps(rows: list[str], compiled_rows: list[str]) -> int:
+def progress_steps(rows: list[str], compiled_rows: list[str], small: bool = False) -> int:
     """How many progress steps :func:`run_samplers` reports."""
     kinds = {r.split("/", 1)[0] for r in rows}
     compiled = {r.split("/", 1)[0] for r in compiled_rows}
-    return len(kinds) + len(compiled)
+    return len(kinds) * (2 if small else 1) + len(compiled)

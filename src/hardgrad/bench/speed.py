@@ -36,8 +36,9 @@ The **samplers** (``hg.categorical`` with every pathwise estimator of
 way, in their own interleaved rounds, against ``F.gumbel_softmax`` (``hard=True`` and
 ``False``), ``OneHotCategoricalStraightThrough(...).rsample()`` and the hand-written
 Bernoulli straight-through, each row as a ratio to the alternative with the same semantics
-(or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference): see
-:mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is also swept over its number of draws
+(or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference), eagerly and
+compiled on the large input and eagerly again on a small one (``small_numel`` elements),
+where the per-call cost shows: see :mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is also swept over its number of draws
 ``k`` (time, saved bytes and page faults per call next to ST-Gumbel: its cost should be
 linear in ``k``): see :mod:`hardgrad.bench._speed_rao`. LSQ (``hg.quantize`` with a learned
 scale, and zero point) is timed against PyTorch's fused learnable fake-quantize kernels,
@@ -414,12 +415,14 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
     sampler_rows, compiled_samplers = resolve_rows(
         config.samplers, config.compile_samplers, config.compile
     )
+    cols = config.matrix[1]
+    small_matrix = (max(config.small_numel // cols, 1), cols) if config.small_numel else None
     rng = random.Random(settings.seed)
     progress.start(
         "speed",
         len(names) * (2 if config.small_numel else 1)
         + len(compiled_names)
-        + progress_steps(sampler_rows, compiled_samplers)
+        + progress_steps(sampler_rows, compiled_samplers, small=small_matrix is not None)
         + (1 if config.audit else 0)
         + (1 if config.rao_ks else 0)
         + (1 if config.lsq else 0),
@@ -441,6 +444,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             settings,
             rng,
             progress,
+            small_matrix,
         )
         rao = None
         if config.rao_ks:
