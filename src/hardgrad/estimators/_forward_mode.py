@@ -32,6 +32,7 @@ from ..ops._autograd import cached_signature, forward_mode
 from ._pathwise import (
     _BinaryGappedSample,
     _BinaryGumbelRaoSample,
+    _BinaryPerturbedSample,
     _BinarySample,
     _GappedSample,
     _GumbelRaoSample,
@@ -48,20 +49,27 @@ from ._score import _ScoreGradient
 @cached_signature
 class _BinarySampleJVP(_BinarySample):
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
         _BinarySample.setup_context(ctx, inputs, output)
-        logits, sample, difference = inputs[0], output[0], output[1]
-        saved = {
-            "st": (logits,),
-            "st_gumbel": (difference,),
-            "relaxed": (difference,),
-            "reinmax": (logits, sample),
-        }
+        saved = {"st": (inputs[0],), "reinmax": (inputs[0], output)}
         ctx.save_for_forward(*saved.get(ctx.kind, ()))
 
     @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> Tensor | None:
+        return _BinarySample.backward(ctx, tangent)[0]
+
+
+@forward_mode(_BinaryPerturbedSample)
+@cached_signature
+class _BinaryPerturbedSampleJVP(_BinaryPerturbedSample):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        _BinaryPerturbedSample.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(output[1])
+
+    @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor | None, None]:
-        return _BinarySample.backward(ctx, tangent, None)[0], None
+        return _BinaryPerturbedSample.backward(ctx, tangent, None)[0], None
 
 
 @forward_mode(_StraightThroughSample)

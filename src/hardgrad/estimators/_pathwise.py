@@ -129,10 +129,44 @@ def _binary_reinmax_backward(grad: Tensor, logits: Tensor, sample: Tensor, tau: 
 @cached_signature
 class _BinarySample(torch.autograd.Function):
     r"""The Bernoulli unit's direct form: class 1 of the two-class sample, with the binary
-    version of each straight-through backward (``kind``: "st", "identity", "st_gumbel",
-    "reinmax"), or (``kind`` "relaxed") class 1 of the two-class Gumbel-softmax with its
-    exact backward, :math:`\bar y\,\sigma'(d/\tau)/\tau` at the perturbed log-odds
-    :math:`d` (the one tensor saved), which is ST-Gumbel's."""
+    version of the straight-through backward of ``kind``: "st" (the log-odds saved),
+    "identity" (nothing saved) or "reinmax" (the log-odds and the sample). One output: the
+    perturbed log-odds of the draw are not needed after forward (the kinds that need them
+    are :class:`_BinaryPerturbedSample`'s)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: Tensor, gumbel: Tensor, kind: str, tau: float) -> Tensor:
+        return _binary_sample(logits, gumbel)[0]
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, _, ctx.kind, ctx.tau = inputs
+        if ctx.kind == "st":
+            ctx.save_for_backward(logits)
+        elif ctx.kind == "reinmax":
+            ctx.save_for_backward(logits, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        kind, tau = ctx.kind, ctx.tau
+        if kind == "identity":
+            return grad, None, None, None
+        if kind == "reinmax":
+            logits, sample = ctx.saved_tensors
+            return _binary_reinmax_backward(grad, logits, sample, tau), None, None, None
+        (logits,) = ctx.saved_tensors
+        return _times_sigmoid_slope(grad, opmath(logits), tau), None, None, None
+
+
+@cached_signature
+class _BinaryPerturbedSample(torch.autograd.Function):
+    r"""The Bernoulli unit's direct form whose backward reads the perturbed log-odds
+    :math:`d = \ell + g_1 - g_0` of the draw (the one tensor saved): class 1 of the
+    two-class sample with ST-Gumbel's backward (``kind`` "st_gumbel"), or class 1 of the
+    two-class Gumbel-softmax (``kind`` "relaxed") with its exact backward; both are
+    :math:`\bar y\,\sigma'(d/\tau)/\tau`."""
 
     generate_vmap_rule = True
 
@@ -144,26 +178,15 @@ class _BinarySample(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        logits, _, ctx.kind, ctx.tau = inputs
-        sample, difference = output
+        ctx.tau = inputs[3]
+        difference = output[1]
         mark_non_differentiable(ctx, difference)
-        if ctx.kind == "st":
-            ctx.save_for_backward(logits)
-        elif ctx.kind in ("st_gumbel", "relaxed"):
-            ctx.save_for_backward(difference)
-        elif ctx.kind == "reinmax":
-            ctx.save_for_backward(logits, sample)
+        ctx.save_for_backward(difference)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
-        kind, tau = ctx.kind, ctx.tau
-        if kind == "identity":
-            return grad, None, None, None
-        if kind == "reinmax":
-            logits, sample = ctx.saved_tensors
-            return _binary_reinmax_backward(grad, logits, sample, tau), None, None, None
-        (x,) = ctx.saved_tensors  # the log-odds for "st", the perturbed ones otherwise
-        return _times_sigmoid_slope(grad, opmath(x), tau), None, None, None
+        (difference,) = ctx.saved_tensors
+        return _times_sigmoid_slope(grad, opmath(difference), ctx.tau), None, None, None
 
 
 @cached_signature
@@ -534,7 +557,7 @@ class ST(_Tempered):
 
     @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return apply_function(_BinarySample, logits, noise, "st", self.tau)[0]
+        return apply_function(_BinarySample, logits, noise, "st", self.tau)
 
 
 @ESTIMATORS.register("st_identity")
@@ -566,7 +589,7 @@ class STIdentity(Estimator):
 
     @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return apply_function(_BinarySample, logits, noise, "identity", 1.0)[0]
+        return apply_function(_BinarySample, logits, noise, "identity", 1.0)
 
 
 @ESTIMATORS.register("gumbel_softmax")
@@ -605,7 +628,7 @@ class GumbelSoftmax(_Tempered):
         r"""Class 1 of the two-class relaxation in its direct form,
         :math:`\sigma((\ell + g_1 - g_0)/\tau)` (:math:`g_1 - g_0` is logistic): the
         two-class softmax's value up to rounding, without the stacked logits."""
-        return apply_function(_BinarySample, logits, noise, "relaxed", self.tau)[0]
+        return apply_function(_BinaryPerturbedSample, logits, noise, "relaxed", self.tau)[0]
 
 
 @ESTIMATORS.register("st_gumbel")
@@ -642,7 +665,7 @@ class STGumbel(_Tempered):
 
     @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return apply_function(_BinarySample, logits, noise, "st_gumbel", self.tau)[0]
+        return apply_function(_BinaryPerturbedSample, logits, noise, "st_gumbel", self.tau)[0]
 
 
 @ESTIMATORS.register("gumbel_rao")
@@ -785,7 +808,7 @@ class ReinMax(_Tempered):
 
     @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return apply_function(_BinarySample, logits, noise, "reinmax", self.tau)[0]
+        return apply_function(_BinarySample, logits, noise, "reinmax", self.tau)
 
 
 @ESTIMATORS.register("gst")
