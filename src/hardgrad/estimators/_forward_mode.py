@@ -122,14 +122,10 @@ class _RelaxationJVP(_Relaxation):
 @forward_mode(_BinaryGappedSample)
 @cached_signature
 class _BinaryGappedSampleJVP(_BinaryGappedSample):
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        _BinaryGappedSample.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(output[1])
+    """The rules of its base class's twin: the same saved difference and slope."""
 
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, *_others: Any) -> tuple[Tensor | None, None]:
-        return _BinaryGappedSample.backward(ctx, tangent, None)[0], None
+    setup_context = staticmethod(_BinaryPerturbedSampleJVP.setup_context)
+    jvp = staticmethod(_BinaryPerturbedSampleJVP.jvp)
 
 
 @forward_mode(_GappedSample)

@@ -328,7 +328,7 @@ class _GappedSample(torch.autograd.Function):
 
 
 @cached_signature
-class _BinaryGappedSample(torch.autograd.Function):
+class _BinaryGappedSample(_BinaryPerturbedSample):
     r"""GST's direct Bernoulli form: the two-class unit :math:`[0, \ell]` in closed form.
 
     With :math:`t = \max(0, \ell)` (the larger of the two logits), the gapped logits are
@@ -345,7 +345,9 @@ class _BinaryGappedSample(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(logits: Tensor, gumbel: Tensor, tau: float, gap: float) -> tuple[Tensor, Tensor]:
+    def forward(  # type: ignore[override]
+        logits: Tensor, gumbel: Tensor, gap: float, tau: float
+    ) -> tuple[Tensor, Tensor]:
         sample, _ = _binary_sample(logits, gumbel)
         ell = finite(cast(logits, gumbel.dtype))
         # b max(l, gap) + (1 - b) min(l, -gap): exact, as one product is 0 (l is finite),
@@ -353,18 +355,6 @@ class _BinaryGappedSample(torch.autograd.Function):
         # slowly) in place of the difference
         on = cast(sample, ell.dtype)
         return sample, ell.clamp_min(gap) * on + ell.clamp_max(-gap) * (1 - on)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        ctx.tau = inputs[2]
-        difference = output[1]
-        mark_non_differentiable(ctx, difference)
-        ctx.save_for_backward(difference)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_difference: Any) -> tuple[Tensor | None, ...]:
-        (difference,) = ctx.saved_tensors
-        return _times_sigmoid_slope(grad, opmath(difference), ctx.tau), None, None, None
 
 
 @cached_signature
@@ -862,4 +852,4 @@ class GST(_Tempered):
 
     @accepts_logistic_difference
     def bernoulli(self, logits: Tensor, noise: Tensor) -> Tensor:
-        return apply_function(_BinaryGappedSample, logits, noise, self.tau, self.gap)[0]
+        return apply_function(_BinaryGappedSample, logits, noise, self.gap, self.tau)[0]
