@@ -339,7 +339,8 @@ class _BinaryGappedSample(_BinaryPerturbedSample):
     that difference is :math:`d = \max(\ell, \kappa)` when :math:`b = 1` and
     :math:`\min(\ell, -\kappa)` when :math:`b = 0`, computed so, without rounding. Same
     sample and, up to rounding, the same gradient as :class:`_GappedSample` on
-    ``[0, logits]``.
+    ``[0, logits]``. Saves ``d`` and differentiates as :class:`_BinaryPerturbedSample`
+    (whose third argument, the kind, is here the gap).
     """
 
     generate_vmap_rule = True
