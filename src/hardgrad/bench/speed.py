@@ -38,9 +38,9 @@ way, in their own interleaved rounds, against ``F.gumbel_softmax`` (``hard=True`
 Bernoulli straight-through, each row as a ratio to the alternative with the same semantics
 (or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference), eagerly and
 compiled on the large input and eagerly again on a small one (``small_numel`` elements),
-where the per-call cost shows: see :mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is also swept over its number of draws
-``k`` (time, saved bytes and page faults per call next to ST-Gumbel: its cost should be
-linear in ``k``): see :mod:`hardgrad.bench._speed_rao`. LSQ (``hg.quantize`` with a learned
+where the per-call cost shows: see :mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is
+also swept over its number of draws ``k`` (time, saved bytes and page faults per call next
+to ST-Gumbel: its cost should be linear in ``k``): see :mod:`hardgrad.bench._speed_rao`. LSQ (``hg.quantize`` with a learned
 scale, and zero point) is timed against PyTorch's fused learnable fake-quantize kernels,
 per tensor and per channel, at both sizes: see :mod:`hardgrad.bench._speed_lsq`.
 """
