@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes nine small
+Public code around hard ops is written in a few recurring ways; this task writes ten small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -51,6 +51,13 @@ faster of the pair.
   :math:`\lVert z\rVert^2 + \lVert c\rVert^2 - 2 z\cdot c`, ``argmin``, and
   ``z + (z_q - z).detach()``; hardgrad's is :class:`hardgrad.nn.VectorQuantize` (which
   also keeps usage statistics).
+* ``fsq-ae``: an MLP autoencoder whose latent is 16 vectors of 4 channels, each
+  channel bounded and rounded to a few levels, (8, 5, 5, 5): 1,000 implicit codes per
+  vector (finite scalar quantization, Mentzer et al. 2023,
+  https://arxiv.org/abs/2309.15505), trained on the reconstruction error. The original
+  is the layer as public FSQ code writes it: ``half_l * tanh(z + shift) - offset``,
+  ``round_ste`` by the detach trick, the division by the half width, and the code
+  indices from the digits; hardgrad's is :class:`hardgrad.nn.FSQ` (the same constants).
 * ``moe``: a residual top-2 mixture of 8 GELU experts (64 -> 128 -> 64) between an input
   and an output layer, each of the batch's rows a token, trained on the cross-entropy plus
   0.01 times the Switch load-balancing loss (Shazeer et al. 2017,
@@ -120,6 +127,7 @@ MODELS = (
     "snn-lif",
     "stochastic-mlp",
     "vq-vae",
+    "fsq-ae",
     "moe",
     "l0-mlp",
 )
@@ -486,6 +494,60 @@ def _cross_entropy(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(model(inputs), targets)
 
 
+# --------------------------------------------------------------------------- FSQ autoencoder
+
+FSQ_LEVELS, FSQ_LATENTS = (8, 5, 5, 5), 16
+
+
+class _FSQOriginal(nn.Module):
+    """FSQ as public code writes it: per-channel constants as buffers, a tanh bound shifted
+    so that even level counts are symmetric, a straight-through round by the detach trick."""
+
+    def __init__(self, levels: tuple[int, ...]) -> None:
+        super().__init__()
+        count = torch.tensor(levels, dtype=torch.float64)
+        half_l = (count - 1) * (1 + 1e-3) / 2
+        offset = torch.where(count % 2 == 0, 0.5, 0.0).double()
+        self.register_buffer("half_l", half_l.float())
+        self.register_buffer("offset", offset.float())
+        self.register_buffer("shift", torch.atanh(offset / half_l).float())
+        self.register_buffer("half_width", (count // 2).float())
+        basis = [1]
+        for level in levels[:-1]:
+            basis.append(basis[-1] * level)
+        self.register_buffer("basis", torch.tensor(basis))
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        bounded = self.half_l * torch.tanh(z + self.shift) - self.offset
+        quantized = _round_pass(bounded)
+        codes = quantized / self.half_width
+        with torch.no_grad():
+            indices = ((quantized + self.half_width).long() * self.basis).sum(-1)
+        return codes, indices
+
+
+class _FSQAutoencoder(nn.Module):
+    def __init__(self, hardgrad: bool, n_in: int) -> None:
+        super().__init__()
+        channels = len(FSQ_LEVELS)
+        self.encoder = nn.Sequential(
+            nn.Linear(n_in, 256), nn.ReLU(), nn.Linear(256, FSQ_LATENTS * channels)
+        )
+        self.decoder = nn.Sequential(
+            nn.Linear(FSQ_LATENTS * channels, 256), nn.ReLU(), nn.Linear(256, n_in)
+        )
+        self.quantizer = hgnn.FSQ(FSQ_LEVELS) if hardgrad else _FSQOriginal(FSQ_LEVELS)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = self.encoder(x).view(x.shape[0], FSQ_LATENTS, len(FSQ_LEVELS))
+        codes, _ = self.quantizer(z)
+        return self.decoder(codes.reshape(x.shape[0], -1))
+
+
+def _reconstruction_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
+    return F.mse_loss(model(inputs), inputs)
+
+
 # --------------------------------------------------------------------------- MoE
 
 EXPERTS, TOP_K, EXPERT_HIDDEN, BALANCE_WEIGHT = 8, 2, 128, 0.01
@@ -685,6 +747,8 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
         original, hardgrad = _VQAutoencoder(False, n_in), _VQAutoencoder(True, n_in)
         with torch.no_grad():
             hardgrad.codebook().copy_(original.codebook())
+    elif name == "fsq-ae":
+        original, hardgrad = _FSQAutoencoder(False, n_in), _FSQAutoencoder(True, n_in)
     elif name == "moe":
         original, hardgrad = _MoENet(False, n_in), _MoENet(True, n_in)
         with torch.no_grad():
@@ -700,7 +764,13 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
     if name == "lsq-mlp":
         _init_lsq_scales(original, x)
         _init_lsq_scales(hardgrad, x)
-    loss = {"vq-vae": _vq_loss, "moe": _moe_loss, "l0-mlp": _l0_loss}.get(name, _cross_entropy)
+    losses = {
+        "vq-vae": _vq_loss,
+        "fsq-ae": _reconstruction_loss,
+        "moe": _moe_loss,
+        "l0-mlp": _l0_loss,
+    }
+    loss = losses.get(name, _cross_entropy)
     return ModelPair(name, original, hardgrad, x, y, after, loss)
 
 
@@ -796,7 +866,7 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
     "BinaryNet MLP, TWN MLP, spiking MLP over 25 steps (spike op, LIF module), "
-    "stochastic-neuron MLP, VQ-VAE, top-2 MoE, L0-gated MLP): "
+    "stochastic-neuron MLP, VQ-VAE, FSQ autoencoder, top-2 MoE, L0-gated MLP): "
     "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
 )
