@@ -780,3 +780,68 @@ def test_clamp_masked_gradient_with_nonfinite_incoming_gradient_is_documented():
     assert torch.equal(ours[1:4:2], torchs[1:4:2])  # in range: the gradient itself
     assert torch.isnan(ours[0]) and torch.isnan(ours[2])
     assert torchs[0] == 0 and torchs[2] == 0
+
+
+@pytest.mark.parametrize("rows", [160, 1100], ids=["float-masks", "bool-masks"])
+@pytest.mark.parametrize(
+    ("lo_kind", "hi_kind"),
+    [("number", "learned"), ("learned", "number"), ("learned", "learned"), ("none", "learned"),
+     ("learned", "fixed"), ("equal", "learned"), ("learned", "nan")],
+)  # fmt: skip
+def test_clamp_ordered_tensor_bounds_one_mask_each(rows, lo_kind, hi_kind, monkeypatch):
+    """Above the size where a tensor-bound clamp is torch's own node, bounds that do not
+    cross get one comparison per mask (y == x, x < lo, x > hi): the same output and
+    gradients bit for bit as the general masks (forced here by reporting every bound as
+    crossed), and torch.clamp's. PACT's clamp(x, 0, alpha), learned lower bounds, a lower
+    bound equal to the upper one in a column (where lo gets nothing), a NaN upper bound,
+    NaN and -0.0 inputs and entries exactly on a bound."""
+    from hardgrad.ops import _elementwise
+
+    g_ = torch.Generator().manual_seed(8)
+    x = torch.randn(rows, 64, generator=g_) * 2
+    x[::7, 2] = math.nan
+    x[1, :] = -0.0
+    lo_values = -torch.rand(64, generator=g_) - 0.3
+    hi_values = torch.rand(rows, 1, generator=g_) + 0.4
+    x[2, :] = lo_values
+    x[3, :] = hi_values[3]
+    if lo_kind == "equal":
+        lo_values[4] = float(hi_values.min()) * 0  # 0 <= hi everywhere, equal nowhere yet
+        hi_values[5] = 0.0  # ... and here lo[4] == hi[5] == 0
+    if hi_kind == "nan":
+        hi_values[6] = math.nan
+    g = torch.randn(rows, 64, generator=g_)
+
+    def args(leaves):
+        lo = {"number": 0.0, "none": None}.get(lo_kind, leaves[1])
+        hi = {"number": 1.5}.get(hi_kind, leaves[2])
+        return lo, hi
+
+    def grads(fn):
+        learn_lo = lo_kind in ("learned", "equal")
+        learn_hi = hi_kind in ("learned", "nan")
+        leaves = [
+            x.clone().requires_grad_(),
+            lo_values.clone().requires_grad_(learn_lo),
+            hi_values.clone().requires_grad_(learn_hi),
+        ]
+        y = fn(leaves[0], *args(leaves))
+        wanted = [t for t in leaves if t.requires_grad]
+        return (y.detach(), *torch.autograd.grad(y, wanted, g))
+
+    lean = grads(hg.clamp)
+
+    def torch_clamp(t, lo, hi):
+        as_tensor = [b if not isinstance(b, float) else torch.tensor(b) for b in (lo, hi)]
+        return torch.clamp(t, *as_tensor)
+
+    torchs = grads(torch_clamp)
+    monkeypatch.setattr(_elementwise, "_crossed", lambda lo, hi, strict: True)
+    general = grads(hg.clamp)
+    for a, b in zip(lean, general, strict=True):
+        assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    assert torch.equal(lean[0].isnan(), torchs[0].isnan())
+    assert torch.equal(lean[0].nan_to_num(), torchs[0].nan_to_num())
+    assert torch.equal(lean[1], torchs[1])
+    for got, expected in zip(lean[2:], torchs[2:], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
