@@ -13,7 +13,7 @@ from torch import Tensor
 from .._kernels import constant, eager_plain, opmath, opmath_dtype, random_tensor
 from .._registry import Registry
 from ..ops._autograd import apply_identity
-from ._probs import binary_log_odds, sample_from_probs
+from ._probs import sample_from_probs
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
 ESTIMATORS: Registry[type[Estimator]] = Registry("estimator")
@@ -197,9 +197,14 @@ def _identity_probs_sample(probs: Tensor, generator: torch.Generator | None) -> 
 
 
 def _sample_above(probs: Tensor, logistic: Tensor) -> Tensor:
-    """``1 - [log-odds(probs) + logistic <= 0]`` in ``probs``' dtype."""
-    perturbed = binary_log_odds(probs).to(logistic.dtype).add_(logistic)
-    return 1 - torch.le(perturbed, constant(0.0, perturbed)).to(probs.dtype)
+    """``1 - [log-odds(probs) + logistic <= 0]`` in ``probs``' dtype (eager mode): the
+    log-odds of :func:`~hardgrad.estimators._probs.binary_log_odds` (``logistic`` is in its
+    compute dtype) and the sum written in place, the comparison straight into ``probs``'
+    dtype (no bool tensor: 7 kernels instead of 9)."""
+    q = opmath(probs)
+    perturbed = torch.log(q).sub_(torch.log1p(q.neg())).add_(logistic)
+    sample = torch.le(perturbed, constant(0.0, perturbed), out=torch.empty_like(probs))
+    return torch.sub(constant(1.0, sample), sample, out=sample)
 
 
 def noise_dtype(logits: Tensor) -> torch.dtype:
