@@ -503,6 +503,12 @@ class _FSQOriginal(nn.Module):
     """FSQ as public code writes it: per-channel constants as buffers, a tanh bound shifted
     so that even level counts are symmetric, a straight-through round by the detach trick."""
 
+    half_l: Tensor
+    offset: Tensor
+    shift: Tensor
+    half_width: Tensor
+    basis: Tensor
+
     def __init__(self, levels: tuple[int, ...]) -> None:
         super().__init__()
         count = torch.tensor(levels, dtype=torch.float64)

@@ -433,14 +433,14 @@ def clamp(
                 f"Surrogate {chosen!r} cannot be used with tensor bounds in `clamp`; "
                 "use 'masked' or 'identity'"
             )
-        plan = (
+        tensor_plan = (
             identity,
             None if isinstance(lo, Tensor) else _bound_tensor(lo, -math.inf, x),
             None if isinstance(hi, Tensor) else _bound_tensor(hi, math.inf, x),
         )
         if tensor_key is not None:
-            remember(_TENSOR_CLAMPS, tensor_key, plan, _MAX_CLAMP_PLANS)
-        return _tensor_bound_clamp(x, lo, hi, plan)
+            remember(_TENSOR_CLAMPS, tensor_key, tensor_plan, _MAX_CLAMP_PLANS)
+        return _tensor_bound_clamp(x, lo, hi, tensor_plan)
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"Expected `min` <= `max`, but found min={min!r}, max={max!r}")
     # Bounds beyond x's dtype are rounded to it (torch.clamp would raise a RuntimeError).
