@@ -426,7 +426,7 @@ class FSQ(nn.Module):
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
-        return _vq.checked_fsq(z, self.levels, d)
+        return _vq._checked_fsq(z, self.levels, d)
 
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
