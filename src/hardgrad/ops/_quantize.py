@@ -706,7 +706,11 @@ def quantize(
         quant_min, quant_max: integer range, ``quant_min < quant_max``, each within
             :math:`\pm 2^{24}` (:math:`\pm 2^{53}` for float64 inputs), so that every level
             is exact in the dtype ``x`` is quantized in.
-        surrogate: ``"masked"`` or ``"identity"``.
+        surrogate: ``"masked"`` or ``"identity"``. After a clamp to the grid's range
+            (PACT: ``hg.clamp(x, 0, alpha)`` then ``quantize`` with ``scale = alpha / q_+``,
+            ``quant_min=0``) every element is in range, so ``"identity"`` gives the same
+            gradient without computing and saving the mask (64 x 256 activations, forward
+            and backward: 115 -> 85 µs).
         grad_scale: factor for the scale and zero-point gradients; ``None`` means 1.
             LSQ recommends :math:`1/\sqrt{N q_+}` for :math:`N` elements per scale
             (:class:`hardgrad.nn.Quantize` uses that).
