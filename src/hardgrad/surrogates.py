@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ._kernels import constant
+from ._kernels import constant, eager_plain
 from ._registry import Registry
 from ._ulp import evaluate, power_of_two, product_error, round_toward, split
 from ._validation import check_positive, check_real, fit_to
@@ -78,7 +78,6 @@ __all__ = [
 FAMILIES = frozenset({"staircase", "step", "clamp"})
 
 _aten = torch.ops.aten
-_HALF = (torch.float16, torch.bfloat16)
 #: Float dtypes whose bounds and constants the surrogates precompute.
 _DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 #: Where ``softplus_backward`` stops evaluating sigma(t) and takes 1: sigma(40) rounds to 1
@@ -618,16 +617,12 @@ _SWISH_TAYLOR = tuple(
         -5.63533423643315e-11,
     )
 )
-#: Per result dtype: the half-width of the band |beta x - u0| where the Taylor series is
-#: used, and how many of its terms (relative truncation error at the band's edge: 2^-19
-#: for the half types, which are computed in float32 and need the band only where float32
-#: cancels; 2^-34 for float32; 2^-55, a quarter of an ulp, for float64).
-_SWISH_BAND = {
-    torch.float16: (2**-7, 1),
-    torch.bfloat16: (2**-7, 1),
-    torch.float32: (0.25, 8),
-    torch.float64: (0.5, 18),
-}
+#: The band of :meth:`Swish._float32_kernel`, in |u| - u0.
+_SWISH_WIDE_BAND = 2.0**-10
+#: The half-width of the band |beta x - u0| where float64 results use the Taylor series,
+#: and how many of its terms (relative truncation error at the band's edge: 2^-55, a
+#: quarter of an ulp).
+_SWISH_BAND = (0.5, 18)
 
 
 @_SURROGATES.register("swish")
@@ -645,23 +640,23 @@ class Swish(_Kernel):
 
     ``beta`` defaults to 5. Darabi et al. (2018), "BNN+", https://arxiv.org/abs/1812.11800.
 
-    Numerics: with :math:`v = |u|`, :math:`m = -v/2` and :math:`r = e^{m}/\cosh m =
-    1 - \tanh(v/2)`, the factor is :math:`f/2 = (1 + m) - m r` and the result
-    :math:`((g \beta) \cdot f/2) / \cosh m / \cosh m` (no term overflows or leaves the
-    normal range before the result does). :math:`f` has a simple zero at
-    :math:`|u| = u_0 = 2.3993572805\ldots`, where any formula evaluated at a rounded
-    :math:`u = \beta x` has unbounded relative error; within :math:`\big||u| - u_0\big| <
-    1/4` (float32 results) or :math:`1/2` (float64) the factor is its Taylor
-    series in :math:`\delta = \beta\,\big((|x| - x_0^{hi}) - x_0^{lo}\big) = |u| - u_0`, with
-    :math:`x_0 = u_0/\beta` a constant carried to twice the working precision, so that
-    :math:`\delta` (and the result) keeps full relative accuracy up to the zero. Elsewhere,
-    for float32 and float64 results and a :math:`\beta` that is not a power of two, the
-    rounding of :math:`m` (which :math:`f` near its zero and :math:`\cosh^2` in the tails
-    would amplify) is corrected to first order with Dekker's exact product. Accuracy
-    against :math:`g\, s'(x)` evaluated exactly, over the whole line, zero included:
-    float16/bfloat16 within 1 ulp (computed in float32, rounded once); float32 and float64
-    within 7 ulps, for every :math:`\beta`. This costs about 2.5 times the cancelling
-    form's time in float32 (``docs/results/surrogate_ulps.md``).
+    Numerics: float32 inputs (and float16/bfloat16, computed in float32) are evaluated in
+    float64 and rounded once (:meth:`_float32_kernel`): correctly rounded, as measured over
+    the ulp tests' inputs for every tested ``beta``. float64 inputs: with :math:`v = |u|`,
+    :math:`m = -v/2` and :math:`r = e^{m}/\cosh m = 1 - \tanh(v/2)`, the factor is
+    :math:`f/2 = (1 + m) - m r` and the result :math:`((g \beta) \cdot f/2) / \cosh m /
+    \cosh m` (no term overflows or leaves the normal range before the result does).
+    :math:`f` has a simple zero at :math:`|u| = u_0 = 2.3993572805\ldots`, where any formula
+    evaluated at a rounded :math:`u = \beta x` has unbounded relative error; within
+    :math:`\big||u| - u_0\big| < 1/2` the factor is its Taylor series in :math:`\delta =
+    \beta\,\big((|x| - x_0^{hi}) - x_0^{lo}\big) = |u| - u_0`, with :math:`x_0 = u_0/\beta`
+    a constant carried to twice the working precision, so that :math:`\delta` (and the
+    result) keeps full relative accuracy up to the zero. Elsewhere, for a :math:`\beta`
+    that is not a power of two, the rounding of :math:`m` (which :math:`f` near its zero
+    and :math:`\cosh^2` in the tails would amplify) is corrected to first order with
+    Dekker's exact product. Accuracy against :math:`g\, s'(x)` evaluated exactly, over the
+    whole line, zero included: within 7 ulps for every :math:`\beta`
+    (``docs/results/surrogate_ulps.md``).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -683,6 +678,8 @@ class Swish(_Kernel):
         return 2 * sig * (1 + u * torch.sigmoid(-u)) - 1
 
     def _kernel(self, grad: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
+        if x.dtype == torch.float32:
+            return self._float32_kernel(grad, x, dtype)
         beta = self.beta
         # |x| capped where s' is 0 in every dtype (|u| = 4000), so that no inf * 0 = NaN.
         a = torch.clamp(x.abs(), max=4000.0 / beta)
@@ -692,7 +689,7 @@ class Swish(_Kernel):
         half_f = torch.addcmul(m + 1, m, r, value=-1)  # (2 - u tanh(u/2)) / 2
         # m = fl(-|u|/2) = -|u|/2 - d. Where the result keeps float32 precision or more, and
         # d is not 0, the factor and 1/cosh^2 are taken at -|u|/2 to first order in d.
-        exact = dtype not in _HALF and not power_of_two(beta)
+        exact = not power_of_two(beta)  # (x is float64 here: float32 took the wide route)
         error = product_error(a, -0.5 * beta, m, finite=True) if exact else None
         if error is not None:
             tanh_half = torch.rsub(r, 1.0)
@@ -702,7 +699,7 @@ class Swish(_Kernel):
         # Near the zero u0: Taylor series in delta = |u| - u0, formed without rounding u.
         x0_hi, x0_lo = self._root[x.dtype]  # type: ignore[attr-defined]
         delta = (a - x0_hi).sub_(x0_lo).mul_(beta)
-        radius, terms = _SWISH_BAND[dtype if dtype in _HALF else x.dtype]
+        radius, terms = _SWISH_BAND
         series = torch.mul(delta, _SWISH_TAYLOR[terms - 1])  # Horner's scheme, times delta
         for coefficient in reversed(_SWISH_TAYLOR[: terms - 1]):
             series.add_(coefficient).mul_(delta)
@@ -712,6 +709,44 @@ class Swish(_Kernel):
             # 1/cosh^2(m + d) = 1/cosh^2(m) (1 - 2 tanh(m) d), tanh(m) = r - 1.
             result = torch.addcmul(result, result, tanh_half.mul_(error), value=2)
         return result
+
+    def _float32_kernel(self, grad: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
+        r"""``grad * s'(x)`` for float32 ``x`` and ``grad`` (half inputs come as float32),
+        evaluated in float64 and rounded once to ``dtype``: with :math:`m = -|\beta x|`
+        (capped at -800, where :math:`s'` is 0 in float32) and :math:`w = \sigma(m)
+        \le 1/2`,
+
+        .. math:: g\, s'(x) = 2 g \beta\, f\, w (1 - w), \qquad
+                  f = 2 - |u| \tanh(|u|/2) = 2 + m - 2 m w,
+
+        (:math:`1/(1 + \cosh u) = 2 w (1 - w)`, :math:`\tanh(|u|/2) = 1 - 2w`): no term
+        overflows, and :math:`w - w^2` does not cancel. float64's rounding errors are far
+        below a float32 ulp except where :math:`f` cancels, next to its zero :math:`u_0`:
+        there, for :math:`\big||u| - u_0\big| \le 2^{-10}`, :math:`f` is its Taylor series
+        to :math:`\delta^4` in :math:`\delta = |u| - u_0` (relative truncation error below
+        :math:`10^{-14}`), :math:`\delta` formed from :math:`x_0 = u_0/\beta` in
+        double-double so that it keeps its relative accuracy up to the zero; in eager mode
+        only calls with such an element compute it (a host read). Measured over
+        ``tests/test_surrogate_ulps.py``'s inputs for every tested ``beta``: correctly
+        rounded (0.5 ulp) in float32, float16 and bfloat16. 13 kernels (17 with the check
+        of the band) where the float32 evaluation with Dekker's product took about 30:
+        on 64 x 256 (forward of a BNN+ layer's backward), 441 -> 235 µs."""
+        beta = self.beta
+        a = x.double().abs_()
+        m = torch.mul(a, -beta).clamp_(min=-800.0)  # -|u| (-inf -> -800; NaN stays NaN)
+        w = torch.sigmoid(m)
+        f = torch.addcmul(m + 2.0, m, w, value=-2.0)  # 2 + m - 2 m w
+        near = (m + _SWISH_ROOT[0]).abs_() <= _SWISH_WIDE_BAND
+        if not eager_plain(x) or bool(near.any()):
+            x0_hi, x0_lo = self._root[torch.float64]  # type: ignore[attr-defined]
+            delta = (a - x0_hi).sub_(x0_lo).mul_(beta)
+            c1, _, c3, c4 = _SWISH_TAYLOR[:4]
+            square = delta * delta
+            series = (square * c4).mul_(delta).add_(square * c3).add_(c1).mul_(delta).mul_(2.0)
+            f = torch.where(near, series, f)
+        bell = torch.addcmul(w, w, w, value=-1.0)  # w (1 - w)
+        result = (grad.double() * (2.0 * beta)).mul_(f).mul_(bell)
+        return result.to(dtype)
 
 
 def get(name: str) -> Surrogate:
