@@ -736,7 +736,6 @@ def _check_levels(levels: Any) -> tuple[int, ...]:
 #: FSQ's per-channel constants, per (levels, dtype, device), made once in eager mode: built
 #: afresh, they are small CPU tensors copied to the device on every call (a host sync).
 _FSQ_CONSTANTS: dict[tuple[Any, ...], tuple[Tensor, ...]] = {}
-_RADIX: dict[tuple[Any, ...], Tensor] = {}
 
 
 def _fsq_constants(
@@ -839,12 +838,7 @@ def _checked_fsq(z: Tensor, levels: tuple[int, ...], dim: int) -> tuple[Tensor, 
 def _radix(levels: tuple[int, ...], device: torch.device) -> Tensor:
     if torch.compiler.is_compiling():
         return _make_radix(levels, device)
-    key = (levels, device)
-    found = _RADIX.get(key)
-    if found is None:
-        with torch.inference_mode(False):
-            found = _RADIX[key] = _make_radix(levels, device)
-    return found
+    return cached_tensor(("fsq radix", levels, device), lambda: _make_radix(levels, device))
 
 
 def _make_radix(levels: tuple[int, ...], device: torch.device) -> Tensor:

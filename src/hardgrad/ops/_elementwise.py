@@ -305,17 +305,10 @@ class _ClampTensorBounds(torch.autograd.Function):
 
 def _crossed(lo: Tensor, hi: Tensor, strict: bool) -> bool:
     """Whether some pair of bounds has ``hi < lo`` (``strict``: ``hi <= lo``, or a NaN
-    bound), read on the host (CPU bounds, eager mode). A 0-d ``-inf`` lower or ``+inf``
-    upper bound (a number bound, or the default of a missing one) crosses nothing."""
+    bound), read on the host (CPU bounds, eager mode: one comparison of the bounds)."""
     if strict:
         return not bool(torch.lt(lo, hi).all())
-    if _is_number(lo, -math.inf) or _is_number(hi, math.inf):
-        return False
     return bool(torch.lt(hi, lo).any())
-
-
-def _is_number(bound: Tensor, value: float) -> bool:
-    return bound.dim() == 0 and bound.item() == value
 
 
 def _ordered_masks(
