@@ -546,8 +546,9 @@ def test_a_backward_with_create_graph_is_linear_in_the_incoming_gradient(
 
 def test_only_a_learning_call_records_the_small_function():
     """The lean Function is for calls that record a graph for a learned scale or zero
-    point: under ``no_grad``, with a fixed scale, or above the size bound the general one
-    is used (visible as the output's ``grad_fn``), and every one gives the same values."""
+    point: under ``no_grad`` nothing is recorded, a fixed scale records the straight-through
+    ops of the number scales, and above the size bound the general Function is used
+    (visible as the output's ``grad_fn``); every one gives the same values."""
     x = torch.linspace(-3.0, 3.0, 96).reshape(8, 12).requires_grad_()
     learned = torch.full((8, 1), 0.3, requires_grad=True)
     fixed = learned.detach()
@@ -559,7 +560,8 @@ def test_only_a_learning_call_records_the_small_function():
     assert name(y) == "_SmallLSQBackward"
     zero = torch.zeros(8, 1, requires_grad=True)
     assert name(hg.quantize(x, fixed, zero, quant_min=-4, quant_max=3)) == "_SmallLSQBackward"
-    assert name(hg.quantize(x, fixed, quant_min=-4, quant_max=3)) == "_FakeQuantizeBackward"
+    # A fixed scale: the straight-through backward alone, autograd's own mask product here.
+    assert name(hg.quantize(x, fixed, quant_min=-4, quant_max=3)) == "MulBackward0"
     with torch.no_grad():
         assert name(hg.quantize(x, learned, quant_min=-4, quant_max=3)) is None
         assert torch.equal(hg.quantize(x, learned, quant_min=-4, quant_max=3), y.detach())
@@ -661,3 +663,66 @@ def test_affine_partials_by_arithmetic_equal_the_where_form(in_range, per_channe
         assert torch.equal(got.isnan(), want.isnan())
         same = got.nan_to_num() == want.nan_to_num()
         assert bool(same.all()), (got[~same][:5], want[~same][:5])
+
+
+@pytest.mark.parametrize("numel", ["small", "large"])
+@pytest.mark.parametrize("scale_shape", ["0-d", "one", "per_channel"])
+@pytest.mark.parametrize("in_range", ["rounded", "unrounded"])
+@pytest.mark.parametrize("surrogate", ["masked", "identity"])
+def test_fixed_tensor_scale_route_is_the_general_function_bit_for_bit(
+    surrogate, in_range, scale_shape, numel, dtype, assert_same, monkeypatch
+):
+    """A tensor scale that learns nothing (PACT's ``alpha.detach() / n``), zero point 0:
+    the call records the straight-through ops alone (autograd's own nodes up to 8,192
+    elements, the masked or identity Function above), a single CPU step read once and
+    used as a number scale is. Forced onto :class:`_FakeQuantize`, the same output and
+    input gradient bit for bit: the half-step bands, NaN, +-inf, -0.0, huge values."""
+    from hardgrad.ops import _quantize
+
+    scale = 0.25
+    row = torch.cat(
+        [
+            _band_inputs(scale),
+            -_band_inputs(scale),
+            torch.tensor([math.nan, math.inf, -math.inf, -0.0, 0.0, -0.01, 1e30, -1e30]),
+        ]
+    )
+    rows = 3 if numel == "small" else 3 * (8192 // row.numel() + 1)
+    x = (row * torch.linspace(0.5, 1.5, rows).unsqueeze(1)).to(dtype)
+    assert (x.numel() <= 8192) == (numel == "small")
+    g = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape).to(dtype)
+    step = {
+        "0-d": torch.tensor(scale),
+        "one": torch.tensor([scale]),
+        "per_channel": torch.linspace(0.2, 0.4, rows).unsqueeze(1),
+    }[scale_shape]
+
+    def run():
+        xr = x.clone().requires_grad_()
+        y = hg.quantize(
+            xr, step, quant_min=Q_MIN, quant_max=Q_MAX, surrogate=surrogate, in_range=in_range
+        )
+        return y, *torch.autograd.grad(y, xr, g)
+
+    lean = run()
+    native = numel == "small"
+    expected_node = {
+        (True, "masked"): "MulBackward0",
+        (True, "identity"): "CloneBackward0",
+        (False, "masked"): "MaskedGradientBackward",
+        (False, "identity"): "IdentityGradientBackward",
+    }[native, surrogate]
+    assert type(lean[0].grad_fn).__name__ == expected_node
+    route = _quantize._eager_route
+
+    def general_only(*args):
+        found = route(*args)
+        return None if found is _quantize._FIXED_SCALE else found
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_quantize, "_eager_route", general_only)
+        general = run()
+    assert type(general[0].grad_fn).__name__ == "_FakeQuantizeBackward"
+    for a, b in zip(lean, general, strict=True):
+        assert_same(a.detach(), b.detach())
+    assert lean[0].isnan().any() and (lean[0] == 0).any()  # (not vacuous)

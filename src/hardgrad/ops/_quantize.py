@@ -6,6 +6,7 @@ and their cached checked settings. The grid's arithmetic is in
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -49,6 +50,7 @@ from ._quantize_grid import (
     _affine_partials,
     _compute_dtype,
     _fake_quantize,
+    _number_scale_grid,
     _NumberScale,
     _quantized_values,
     _quantized_with_partials,
@@ -120,7 +122,7 @@ class _FakeQuantize(torch.autograd.Function):
 
 class _SmallLSQ(torch.autograd.Function):
     r""":class:`_FakeQuantize` for the common LSQ call in plain eager mode: a scale (and
-    zero point) that learns, on fewer than 65,536 elements (:func:`_small_lsq_applies`).
+    zero point) that learns, on fewer than 65,536 elements (:func:`_eager_route`).
 
     The same values bit for bit. Forward makes ``y``, the in-range mask and the partials
     :math:`\partial y/\partial s` (and :math:`\partial y/\partial z`) from one
@@ -163,17 +165,27 @@ class _SmallLSQ(torch.autograd.Function):
 _SMALL_LSQ_APPLY = base_apply(_SmallLSQ)
 
 
-def _small_lsq_applies(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
-    """Whether :class:`_SmallLSQ` records this call: a graph recorded in plain eager mode
-    for a scale or zero point that learns, fewer than 65,536 elements, and no tensor
-    left over from an exited ``torch.func`` transform."""
-    learns = scale.requires_grad or (zero_point is not None and zero_point.requires_grad)
-    return (
-        learns
-        and x.numel() < MASK_CONVERT_MIN_NUMEL
-        and torch.is_grad_enabled()
-        and _plain_eager_call(x, scale, zero_point)
-    )
+#: The routes of :func:`_eager_route`.
+_SMALL_LSQ, _UNRECORDED, _FIXED_SCALE = "small LSQ", "unrecorded", "fixed scale"
+
+
+def _eager_route(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> str | None:
+    """Which lean path a call takes in plain eager mode, with no argument a tensor left
+    over from an exited ``torch.func`` transform (``None``: :class:`_FakeQuantize`):
+
+    * :data:`_UNRECORDED`: grad mode off (``no_grad``, ``inference_mode``: evaluation), so
+      nothing is recorded and the values alone are computed (:func:`_values_alone`);
+    * :data:`_SMALL_LSQ`: a scale or zero point that learns, on fewer than 65,536
+      elements (:class:`_SmallLSQ`);
+    * :data:`_FIXED_SCALE`: a scale that learns nothing and a zero point of 0, whose
+      backward is the straight-through one alone (:func:`_fixed_scale_forward`)."""
+    if not _plain_eager_call(x, scale, zero_point):
+        return None
+    if not torch.is_grad_enabled():
+        return _UNRECORDED
+    if scale.requires_grad or (zero_point is not None and zero_point.requires_grad):
+        return _SMALL_LSQ if x.numel() < MASK_CONVERT_MIN_NUMEL else None
+    return _FIXED_SCALE if zero_point is None else None
 
 
 def _plain_eager_call(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
@@ -561,15 +573,20 @@ def _scanned_fake_quantize(
     """The tensor-scale fake quantization, the scale and zero point (in the compute dtype)
     scanned first while validation is on (:func:`_check_tensor_grid`)."""
     quant_min, quant_max = bounds
-    if _small_lsq_applies(x, scale, zero_point):
-        if validation_enabled():  # (in plain eager mode: what value_checks_apply asks too)
+    route = _eager_route(x, scale, zero_point)
+    if route is None:
+        if value_checks_apply(scale):
             _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
+    elif validation_enabled():  # (in plain eager mode: what value_checks_apply asks too)
+        _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
+    if route is _SMALL_LSQ:
         plan = (bounds, unrounded, identity, factor, None)
         return _SMALL_LSQ_APPLY(x, scale, zero_point, plan)
-    if value_checks_apply(scale):
-        _check_tensor_grid(scale, zero_point, quant_min, quant_max, x.dtype, scale.dtype)
-    if _unrecorded(x, scale, zero_point):
+    if route is _UNRECORDED:
         return _values_alone(x, scale, zero_point, bounds, unrounded, None)
+    if route is _FIXED_SCALE:
+        forward = functools.partial(_fixed_scale_forward, scale, bounds, unrounded, not identity)
+        return _apply_plan(x, (identity, forward))
     return _apply_fake_quantize(
         x,
         scale,
@@ -584,11 +601,23 @@ def _scanned_fake_quantize(
     )
 
 
-def _unrecorded(x: Tensor, scale: Tensor, zero_point: Tensor | None) -> bool:
-    """Whether a call records nothing and can skip the Function: grad mode off (``no_grad``,
-    ``inference_mode``: evaluation) in plain eager mode, no tensor left over from an
-    exited ``torch.func`` transform."""
-    return not torch.is_grad_enabled() and _plain_eager_call(x, scale, zero_point)
+def _fixed_scale_forward(
+    step: Tensor, bounds: tuple[int, int], unrounded: bool, masked: bool, x: Tensor
+) -> Any:
+    """The forward of :class:`_FakeQuantize` for a fixed tensor step (in the compute
+    dtype) and a zero point of 0, bit for bit: ``(y, in_range)``, or ``y`` alone for the
+    identity surrogate (``masked=False``). A single step on the CPU is read once and
+    used as a number scale is (:func:`_number_scale_grid`: two kernels fewer). PACT's
+    quantizer, a step made from a detached learned clipping level each call
+    (``alpha.detach() / n``), then costs what a number scale does: 64 x 256 activations,
+    forward and backward, 92 -> 65 µs."""
+    inverse = torch.reciprocal(step)
+    if step.is_cpu and step.numel() == 1:
+        zero = constant(0.0, inverse)
+        return _number_scale_grid(x, step.item(), inverse, zero, bounds, unrounded, masked)
+    if masked:
+        return _fake_quantize(x, step, inverse, None, *bounds, unrounded)
+    return _quantized_values(x, step, inverse, *bounds)
 
 
 def _values_alone(
@@ -600,7 +629,7 @@ def _values_alone(
     step_bounds: tuple[float, float] | None,
 ) -> Tensor:
     """The forward's ``y`` alone, as :class:`_FakeQuantize` computes it, for a call that
-    records nothing (:func:`_unrecorded`): no Function and no mask (an evaluation call
+    records nothing (:func:`_eager_route`): no Function and no mask (an evaluation call
     of a learned per-tensor quantizer on 4,096 elements: 16.5 -> 12.8 µs)."""
     step = _step(scale, step_bounds, _compute_dtype(x.dtype))
     inverse = torch.reciprocal(step)
@@ -829,10 +858,11 @@ def quantize_step_size(
     Function: :class:`hardgrad.nn.Quantize`'s forward is then one autograd node."""
     check_broadcastable_to(step, x.shape, "scale")
     scale = step if step_bounds is not None else cast(step, _compute_dtype(x.dtype))
-    if _small_lsq_applies(x, scale, None):
+    route = _eager_route(x, scale, None)
+    if route is _SMALL_LSQ:
         plan = ((quant_min, quant_max), unrounded, identity, grad_scale, step_bounds)
         return _SMALL_LSQ_APPLY(x, scale, None, plan)
-    if _unrecorded(x, scale, None):
+    if route is _UNRECORDED:
         return _values_alone(x, scale, None, (quant_min, quant_max), unrounded, step_bounds)
     return _apply_fake_quantize(
         x,

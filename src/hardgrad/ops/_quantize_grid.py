@@ -158,20 +158,37 @@ class _NumberScale:
                 x, self.scale, self.inverse, None, self.quant_min, self.quant_max, self.unrounded
             )
         inverse, zero = self.constants
-        low, high = self.quant_min, self.quant_max
-        scaled = torch.mul(cast(x, inverse.dtype), inverse)
-        keep = None
-        if self.masked and self.unrounded:  # decided before rounding (NaN: unset)
-            keep = saved_mask(torch.eq, torch.clamp(scaled, low, high), scaled, x.dtype)
-        level = scaled.round_()
-        if self.masked and not self.unrounded:
-            clamped = torch.clamp(level, low, high)
-            keep = saved_mask(torch.eq, level, clamped, x.dtype)
-        else:
-            clamped = level.clamp_(low, high)
-        y = torch.add(zero, clamped, alpha=self.scale, out=clamped)
-        y = cast(y, x.dtype)
-        return y if keep is None else (y, keep)
+        bounds = (self.quant_min, self.quant_max)
+        return _number_scale_grid(x, self.scale, inverse, zero, bounds, self.unrounded, self.masked)
+
+
+def _number_scale_grid(
+    x: Tensor,
+    scale: float,
+    inverse: Tensor,
+    zero: Tensor,
+    bounds: tuple[int, int],
+    unrounded: bool,
+    masked: bool,
+) -> Any:
+    """:class:`_NumberScale`'s forward in plain eager mode: ``inverse`` (:math:`1/s`) and
+    ``zero`` are 0-d tensors of the compute dtype, ``scale`` the step as a Python number
+    (the same value), so that ``0 + s * level`` is one kernel; ``(y, in_range)``, or ``y``
+    alone when not ``masked``."""
+    low, high = bounds
+    scaled = torch.mul(cast(x, inverse.dtype), inverse)
+    keep = None
+    if masked and unrounded:  # decided before rounding (NaN: unset)
+        keep = saved_mask(torch.eq, torch.clamp(scaled, low, high), scaled, x.dtype)
+    level = scaled.round_()
+    if masked and not unrounded:
+        clamped = torch.clamp(level, low, high)
+        keep = saved_mask(torch.eq, level, clamped, x.dtype)
+    else:
+        clamped = level.clamp_(low, high)
+    y = torch.add(zero, clamped, alpha=scale, out=clamped)
+    y = cast(y, x.dtype)
+    return y if keep is None else (y, keep)
 
 
 def _step(scale: Tensor, step_bounds: tuple[float, float] | None, dtype: torch.dtype) -> Tensor:
