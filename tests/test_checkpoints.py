@@ -130,6 +130,7 @@ def test_the_prefix_names_the_submodule_inside_a_model():
 #: Every stateful module and estimator, built with non-default settings where it has any.
 STATEFUL = {
     "Quantize": lambda: hg.nn.Quantize(bits=4, init_scale=0.5),
+    "PACT": lambda: hg.nn.PACT(bits=3, alpha=6.0),
     "Bernoulli": lambda: hg.nn.Bernoulli(tau=0.5),
     "Categorical": lambda: hg.nn.Categorical(tau=0.5),
     "reinforce": lambda: hg.estimators.Reinforce(baseline="ema", decay=0.7),

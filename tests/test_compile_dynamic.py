@@ -207,6 +207,7 @@ MODULES = {
     "Quantize": lambda: hg.nn.Quantize(
         bits=4, per_channel_dim=1, init_scale=torch.tensor([0.3, 0.5, 0.4, 0.6])
     ),
+    "PACT": lambda: hg.nn.PACT(bits=3, alpha=1.5),
     # A schedule graph-breaks once per call (test_units_compile_once_over_many_steps).
     "Bernoulli": lambda: hg.nn.Bernoulli(estimator="st_gumbel", tau=0.5),
     "Categorical": lambda: hg.nn.Categorical(estimator="gumbel_rao"),

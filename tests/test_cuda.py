@@ -774,6 +774,8 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "Quantize-learned": lambda g: hg.nn.Quantize(bits=4),
     "Quantize-per-channel": lambda g: hg.nn.Quantize(bits=4, per_channel_dim=0),
     "Quantize-fixed": lambda g: hg.nn.Quantize(bits=8, learn_scale=False),
+    "PACT": lambda g: hg.nn.PACT(bits=3, alpha=1.5),
+    "PACT-fixed": lambda g: hg.nn.PACT(bits=8, alpha=2.0, learn_alpha=False),
     "Bernoulli-anneal": lambda g: hg.nn.Bernoulli(estimator="st_gumbel", tau=SCHEDULE, generator=g),
     "Categorical": lambda g: hg.nn.Categorical(
         estimator=hg.estimators.GumbelRao(k=4), tau=0.5, generator=g

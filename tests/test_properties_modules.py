@@ -99,6 +99,16 @@ MODULE_SETTINGS: dict[str, tuple[st.SearchStrategy[dict[str, Any]], bool]] = {
         ),
         False,
     ),
+    "PACT": (
+        st.fixed_dictionaries(
+            {
+                "bits": st.integers(1, 16),
+                "alpha": st.floats(1e-3, 1e4),
+                "learn_alpha": st.booleans(),
+            }
+        ),
+        False,
+    ),
     "Bernoulli": (st.fixed_dictionaries({"estimator": st.sampled_from(PATHWISE)}), False),
     "Categorical": (st.fixed_dictionaries({"estimator": st.sampled_from(PATHWISE)}), True),
 }

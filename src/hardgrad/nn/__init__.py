@@ -22,6 +22,7 @@ from ._binary import (
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
 from ._l0 import HardConcreteGate
 from ._moe import MoE
+from ._pact import PACT
 from ._qat import QuantConv2d, QuantLinear, quantize_
 from ._quantize import Quantize
 from ._spiking import LIF
@@ -32,6 +33,7 @@ __all__ = [
     "FSQ",
     "LFQ",
     "LIF",
+    "PACT",
     "Anneal",
     "Bernoulli",
     "Binarize",
