@@ -108,3 +108,13 @@ def test_training_restarts_from_its_snapshot(name: str) -> None:
     assert all(int(s["step"]) == 1 for s in state.values())
     training.step()
     assert _same_state(pair.hardgrad.state_dict(), after_one)
+
+
+def test_the_pact_pair_trains_both_clipping_levels() -> None:
+    """PACT's levels start where part of each layer's outputs clips: the check compares
+    non-zero clipping-level gradients, not two zeros."""
+    pair = build_pair("pact-mlp", SETTINGS, TINY)
+    for model in (pair.original, pair.hardgrad):
+        pair.loss(model, pair.inputs, pair.targets).backward()
+        alphas = [p for name, p in model.named_parameters() if name.endswith("alpha")]
+        assert len(alphas) == 2 and all(float(a.grad.abs()) > 0 for a in alphas)

@@ -1,6 +1,6 @@
 r"""The ``models`` benchmark: a training step of small real-style models, hardgrad vs hand-written.
 
-Public code around hard ops is written in a few recurring ways; this task writes ten small
+Public code around hard ops is written in a few recurring ways; this task writes eleven small
 models each way and times one full training step (``zero_grad``, forward, loss, backward,
 optimizer step) of the hand-written original against the same model with hardgrad,
 interleaved in one run (:func:`hardgrad.bench._timing.time_interleaved`: each round times
@@ -15,6 +15,17 @@ faster of the pair.
   ``roundpass(v) = (v.round() - v).detach() + v`` around ``clamp(v / s, Q_n, Q_p)``;
   hardgrad's is :class:`hardgrad.nn.Quantize` (``in_range="unrounded"``, the paper's
   clamp-then-round, with its :math:`1/\sqrt{N Q_p}` gradient scale).
+* ``pact-mlp``: a 64-256-256-10 MLP whose two hidden activations are PACT's (Choi et
+  al. 2018, https://arxiv.org/abs/1805.06085): a ReLU clipped at a learned level
+  :math:`\alpha` and quantized to 4 bits (:math:`\alpha` starts at 0.1, which about a third of
+  the first layer's outputs and 1-3 % of the second's exceed on the batch, so that both
+  levels learn; the paper's 10 suits larger activations). The original is
+  the custom ``autograd.Function`` public PACT code carries: forward
+  ``round(clamp(x, 0, alpha.item()) * n / alpha) / (n / alpha)``, saving ``x`` and
+  :math:`\alpha`; backward ``grad`` on :math:`0 \le x \le \alpha` and the sum of ``grad``
+  over :math:`x \ge \alpha` for :math:`\alpha`. hardgrad's is :class:`hardgrad.nn.PACT`
+  (the same gradients off :math:`x = \alpha` exactly, where the paper gives :math:`\alpha`
+  alone the gradient).
 * ``binarynet-mlp``: BinaryNet (Hubara et al. 2016, https://arxiv.org/abs/1602.02830):
   ``BinaryLinear -> BatchNorm -> sign`` twice, then ``BinaryLinear -> BatchNorm``, with
   binary weights everywhere, the first layer's input left real, and the latent weights
@@ -121,6 +132,7 @@ __all__ = [
 #: The models, in table order.
 MODELS = (
     "lsq-mlp",
+    "pact-mlp",
     "binarynet-mlp",
     "twn-mlp",
     "snn",
@@ -241,6 +253,48 @@ def _init_lsq_scales(model: nn.Module, x: Tensor) -> None:
                 h = layer(h)
             elif isinstance(layer, (hgnn.Quantize, _LSQActivationOriginal)):
                 layer.scale.copy_(2 * h.abs().mean() / math.sqrt(2**BITS - 1))
+
+
+# --------------------------------------------------------------------------- PACT MLP
+
+PACT_BITS = 4
+PACT_ALPHA = 0.1
+
+
+class _PACTFunction(torch.autograd.Function):
+    """PACT as public code writes it: clamp at ``alpha.item()``, round with ``n / alpha``,
+    divide back; backward from the saved input and level."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, alpha: Tensor, levels: int) -> Tensor:
+        ctx.save_for_backward(x, alpha)
+        scale = levels / alpha
+        return torch.round(torch.clamp(x, 0.0, alpha.item()) * scale) / scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        x, alpha = ctx.saved_tensors
+        inside = ~((x < 0) | (x > alpha))
+        grad_alpha = torch.sum(grad * (x >= alpha).float()).view(alpha.shape)
+        return grad * inside.float(), grad_alpha, None
+
+
+class _PACTOriginal(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(PACT_ALPHA))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _PACTFunction.apply(x, self.alpha, 2**PACT_BITS - 1)
+
+
+def _pact_mlp(hardgrad: bool, n_in: int) -> nn.Module:
+    def act() -> nn.Module:
+        return hgnn.PACT(PACT_BITS, PACT_ALPHA) if hardgrad else _PACTOriginal()
+
+    return nn.Sequential(
+        nn.Linear(n_in, 256), act(), nn.Linear(256, 256), act(), nn.Linear(256, 10)
+    )
 
 
 # --------------------------------------------------------------------------- BinaryNet
@@ -733,6 +787,8 @@ def build_pair(name: str, settings: BenchSettings, config: ModelsConfig) -> Mode
     after: Callable[[nn.Module], None] | None = None
     if name == "lsq-mlp":
         original, hardgrad = _lsq_mlp(False, n_in), _lsq_mlp(True, n_in)
+    elif name == "pact-mlp":
+        original, hardgrad = _pact_mlp(False, n_in), _pact_mlp(True, n_in)
     elif name == "binarynet-mlp":
         original, hardgrad = _binarynet_mlp(False, n_in), _binarynet_mlp(True, n_in)
         after = _clip_latent_weights
@@ -809,6 +865,7 @@ def _checked_parameters(model: nn.Module) -> list[Tensor]:
         weights += [getattr(model.moe, attribute) for attribute in EXPERT_PARAMETERS]
     if isinstance(model, _L0MLP):
         weights.append(model.gate.log_alpha)
+    weights += [m.alpha for m in model.modules() if isinstance(m, (_PACTOriginal, hgnn.PACT))]
     return weights
 
 
@@ -871,7 +928,7 @@ def _check_stochastic_layer(pair: ModelPair) -> dict[str, float]:
 @task(
     "models",
     "one training step of small models written the way public code writes them (LSQ MLP, "
-    "BinaryNet MLP, TWN MLP, spiking MLP over 25 steps (spike op, LIF module), "
+    "PACT MLP, BinaryNet MLP, TWN MLP, spiking MLP over 25 steps (spike op, LIF module), "
     "stochastic-neuron MLP, VQ-VAE, FSQ autoencoder, top-2 MoE, L0-gated MLP): "
     "hand-written vs hardgrad, interleaved; ms per step and ratios",
     default_config,
