@@ -293,3 +293,27 @@ def test_ternarize_under_vmap_grad_and_compile():
     )
     assert torch.equal(compiled(w[0]), hg.ternarize(w[0], per_channel_dim=0))
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_stochastic_round_paths_agree_bit_for_bit(dtype):
+    """The same uniforms give the same rounding on every path: autograd's own copy written
+    over (small CPU tensors that need a gradient), the Function (larger tensors, no
+    gradient, half types), and the compiled form's out-of-place arithmetic; -0.0, the
+    infinities and NaN included."""
+    special = torch.tensor([-0.0, 0.0, -0.3, 2.5, float("inf"), -float("inf"), float("nan")])
+    for n in (100, 70_000):
+        x = torch.cat([special, torch.randn(n, generator=_gen(11)) * 40]).to(dtype)
+        results = []
+        for requires_grad in (True, False):
+            v = x.clone().requires_grad_(requires_grad)
+            results.append(hg.stochastic_round(v, generator=_gen(12)).detach())
+        wide = x.to(torch.float64 if dtype == torch.float64 else torch.float32)
+        noise = torch.rand(x.shape, generator=_gen(12), dtype=wide.dtype)
+        low = torch.floor(wide)
+        expected = (low + (noise < wide - low).to(wide.dtype)).to(dtype)
+        for got in results:
+            assert torch.equal(got.isnan(), expected.isnan())
+            keep = ~expected.isnan()
+            assert torch.equal(got[keep], expected[keep])
+            assert torch.equal(got[keep].signbit(), expected[keep].signbit())

@@ -15,9 +15,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import cast, opmath_dtype
+from .._kernels import cast, eager_plain, opmath_dtype, without_grad
 from .._validation import check_floating, check_int, check_positive
-from ._autograd import apply_function, apply_identity, cached_signature, forward_mode
+from ._autograd import (
+    apply_function,
+    apply_identity,
+    cached_signature,
+    forward_mode,
+    records_value_natively,
+)
 
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
@@ -103,8 +109,20 @@ def _round_with(x: Tensor, noise: Tensor) -> Tensor:
     """:math:`\\lfloor x \\rfloor + \\mathbb 1[u < x - \\lfloor x \\rfloor]` in ``noise``'s dtype."""
     wide = x.to(noise.dtype)
     low = torch.floor(wide)
+    if eager_plain(x):  # the comparison written into the fraction's own memory as 0/1
+        frac = torch.sub(wide, low)
+        return cast(low.add_(torch.lt(noise, frac, out=frac)), x.dtype)
     up = (noise < wide - low).to(noise.dtype)
     return (low + up).to(x.dtype)
+
+
+def _round_in_place(out: Tensor, noise: Tensor) -> None:
+    """:func:`_round_with` written over ``out`` (a copy of ``x`` in ``noise``'s dtype): the
+    same values, one allocation fewer."""
+    low = torch.floor(out)
+    torch.sub(out, low, out=out)
+    torch.lt(noise, out, out=out)
+    out.add_(low)
 
 
 @cached_signature
@@ -179,5 +197,17 @@ def stochastic_round(x: Tensor, generator: torch.Generator | None = None) -> Ten
             f"Expected `generator` to be a torch.Generator or None, but found "
             f"{type(generator).__name__}"
         )
-    noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=opmath_dtype(x.dtype))
+    dtype = opmath_dtype(x.dtype)
+    if eager_plain(x):  # (rand_like: the same numbers as rand of the shape, 1.4 µs less)
+        noise = torch.rand_like(
+            x, dtype=dtype, memory_format=torch.contiguous_format, generator=generator
+        )
+    else:
+        noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=dtype)
+    if x.dtype == noise.dtype and records_value_natively(x):
+        # autograd's own copy records the identity backward (in C++), and the rounding is
+        # written over the copy
+        out = x.clone()
+        without_grad(_round_in_place, out, noise)
+        return out
     return apply_function(_StochasticRound, x, noise)
