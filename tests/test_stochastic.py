@@ -638,3 +638,45 @@ class TestCuda:
         expected = n * torch.softmax(PROBE, 0)
         stat = float(((counts - expected) ** 2 / expected).sum())
         assert chi2_sf_even(stat, c - 1) > 1e-6, stat
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5, 3.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_st_bernoulli_records_autograd_own_product_by_the_slope(dtype, tau, monkeypatch):
+    """Small CPU log-odds that need a gradient: the ST sample is recorded as autograd's own
+    product by sigma'(l/tau)/tau (``MulBackward0``, no Python in backward). The same sample
+    as the Function's, bit for bit, and the same gradient to the last bit's rounding (2
+    ulps), also in the tails, at +-inf (0) and NaN (read as 0: slope 1/4)."""
+    from hardgrad.estimators import _pathwise
+
+    logits = torch.tensor(
+        [0.0, -0.0, 0.3, -2.5, 7.0, -15.0, 30.0, -88.0, 100.0, math.inf, -math.inf, math.nan],
+        dtype=dtype,
+    )
+    upstream = torch.linspace(-2.0, 3.0, logits.numel(), dtype=dtype)
+    estimator = hg.estimators.ST(tau=tau)
+
+    def run():
+        x = logits.clone().requires_grad_()
+        y = hg.bernoulli(x, estimator=estimator, generator=torch.Generator().manual_seed(3))
+        (grad,) = torch.autograd.grad(y, x, upstream)
+        return y, grad
+
+    native_y, native_grad = run()
+    assert type(native_y.grad_fn).__name__ == "MulBackward0"
+    with monkeypatch.context() as patch:
+        patch.setattr(_pathwise, "records_natively", lambda x: False)
+        function_y, function_grad = run()
+    assert type(function_y.grad_fn).__name__ == "_BinarySampleBackward"
+    assert torch.equal(native_y.detach(), function_y.detach())
+    ulp = torch.finfo(dtype).eps * native_grad.abs().clamp_min(torch.finfo(dtype).tiny)
+    assert ((native_grad - function_grad).abs() <= 2 * ulp).all()
+    wide = logits.double().nan_to_num(0.0) / tau
+    exact = upstream.double() * torch.sigmoid(wide) * torch.sigmoid(-wide) / tau
+    # a few roundings, plus |l/tau| times the rounding of l/tau itself (the exponent's
+    # argument); below the smallest normal number: 0 or a subnormal
+    precision = torch.finfo(dtype)
+    argument = wide.abs().nan_to_num(posinf=0.0)  # (+-inf: an exact 0 either way)
+    bound = (4 + argument) * precision.eps * exact.abs() + precision.tiny
+    assert ((native_grad.double() - exact).abs() <= bound).all()
+    assert (native_grad[-3:-1] == 0).all() and native_grad[-1] != 0
