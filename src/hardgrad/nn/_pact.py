@@ -233,7 +233,8 @@ class PACT(SettingsInState, nn.Module):
 
     One autograd node per call, on every device and under ``torch.compile``, ``vmap``,
     ``torch.func.grad`` and forward mode (``jvp``). On 64 x 256 CPU activations, forward
-    and backward take about what a hand-written PACT ``autograd.Function`` takes.
+    and backward take about two thirds of the time of PACT's usual hand-written
+    ``autograd.Function`` (``bench models``' ``pact-mlp``: 0.94x its training step).
 
     Example:
         >>> import torch, hardgrad as hg

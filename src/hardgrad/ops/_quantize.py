@@ -609,8 +609,8 @@ def _fixed_scale_forward(
     identity surrogate (``masked=False``). A single step on the CPU is read once and
     used as a number scale is (:func:`_number_scale_grid`: two kernels fewer). PACT's
     quantizer, a step made from a detached learned clipping level each call
-    (``alpha.detach() / n``), then costs what a number scale does: 64 x 256 activations,
-    forward and backward, 92 -> 65 µs."""
+    (``alpha.detach() / n``): 64 x 256 activations, forward and backward, 0.85-0.89x the
+    general Function's time (interleaved rounds)."""
     inverse = torch.reciprocal(step)
     if step.is_cpu and step.numel() == 1:
         zero = constant(0.0, inverse)
