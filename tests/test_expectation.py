@@ -1148,3 +1148,26 @@ def test_func_grad_refuses_rebar_and_relax(est):
         torch.func.grad(lambda x: hg.expectation(bits_f, x, estimator=est, generator=gen(0)))(
             torch.zeros(3, dtype=torch.float64)
         )
+
+
+@pytest.mark.parametrize("with_probs", [False, True])
+def test_disarm_stacked_pair_and_weight_are_the_formulas(with_probs):
+    """DisARM's pair written into one tensor is ``cat(pair)`` bit for bit (logits and
+    probabilities, ties and the ends included), and its weight is
+    0.5 (-1)^b~ [b != b~] sigma(|theta|) up to the sign of a zero."""
+    estimator = hg.estimators.DisARM()
+    gen = torch.Generator().manual_seed(4)
+    work = torch.cat([torch.randn(60, generator=gen) * 3, torch.tensor([0.0, 40.0, -40.0])])
+    if with_probs:
+        work = torch.cat([torch.sigmoid(work), torch.tensor([0.0, 1.0, 0.5])])
+    u = torch.rand(5, work.numel(), generator=gen)
+    u[0, :3] = 0.5  # (1 - u == u: both comparisons at once)
+    both = estimator.stacked_pair(work, u, with_probs)
+    pair = estimator.pair_probs(work, u) if with_probs else estimator.pair(work, u)
+    assert torch.equal(both, torch.cat(pair))
+    if not with_probs:
+        first, second = pair
+        weight = estimator.weight(work, u, first, second)
+        written = 0.5 * (1 - 2 * second) * (first != second).float() * torch.sigmoid(work.abs())
+        assert torch.equal(weight, written)  # (== ignores the sign of zeros)
+        assert (weight != 0).any() and (weight == 0).any()
