@@ -821,3 +821,24 @@ def test_non_finite_variance_gradients_are_dropped_not_spread(use_objective):
     assert net.w.grad is not None and float(net.w.grad) == 0.0
     for p in relax.parameters():
         assert p.grad is not None and bool(torch.isfinite(p.grad).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reinforce_ema_kept_with_python_numbers_matches_the_tensor_arithmetic(dtype):
+    """On CPU in eager mode the moving average is read and updated with Python numbers
+    (ten 0-d kernels fewer per call); the tensor arithmetic used elsewhere (compile,
+    GPUs, several ranks) gives the same stored average, step count and bias-corrected
+    baseline bit for bit, over many steps of rewards of every magnitude."""
+    host = hg.estimators.Reinforce(baseline="ema", decay=0.93).to(dtype)
+    tensor = hg.estimators.Reinforce(baseline="ema", decay=0.93).to(dtype)
+    tensor._on_host = lambda f: False  # type: ignore[method-assign]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        scale = 10.0 ** float(torch.randint(-8, 9, (), generator=gen))
+        f = (torch.rand(3, 5, generator=gen, dtype=torch.float64) * scale).to(torch.float32)
+        assert torch.equal(f - host._current_ema(f), f - tensor._current_ema(f))
+        host._update_ema(f)
+        tensor._update_ema(f)
+        assert host.ema.dtype == dtype
+        assert torch.equal(host.ema, tensor.ema) and torch.equal(host.steps, tensor.steps)
+    assert host.steps == 500 and host.ema != 0

@@ -27,6 +27,8 @@ the other value, whose :math:`f` the derivative needs).
 from __future__ import annotations
 
 import abc
+import struct
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -249,24 +251,55 @@ class Reinforce(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
             weights = problem.spread(f)
         return attach_parameter_gradient(problem, values.mean(0), (weights * scores).mean(0))
 
-    def _current_ema(self, f: Tensor) -> Tensor:
+    def _on_host(self, f: Tensor) -> bool:
+        """Whether the average is read and kept with Python numbers: CPU buffers of
+        float32 or float64 and a CPU ``f`` in plain eager mode, one process. The same
+        values as the tensor arithmetic (correctly rounded in the buffer's dtype), at
+        about 6 µs a call instead of 75: ten 0-d kernels fewer."""
+        return (
+            self.ema.is_cpu
+            and f.is_cpu
+            and self.ema.dtype in _HOST_DTYPES
+            and eager_plain(f)
+            and not _distributed()
+        )
+
+    def _current_ema(self, f: Tensor) -> Tensor | float:
+        if self._on_host(f):
+            steps = int(self.steps.item())
+            if steps <= 0:
+                return 0.0
+            correction = max(1 - self.decay**steps, _FLOAT64_TINY)  # (in float64, as below)
+            return float(self.ema.item()) / correction
         # The bias correction in float64 (the stored average is float32).
         steps = self.steps.to(torch.float64)
         correction = (1 - self.decay**steps).clamp_min(torch.finfo(torch.float64).tiny)
         current = torch.where(self.steps > 0, self.ema.to(torch.float64) / correction, 0.0)
         return current.to(device=f.device, dtype=f.dtype)
 
-    @torch.no_grad()
     def _update_ema(self, f: Tensor) -> None:
         if not self.training:
             return
-        # Averaged across ranks in f's precision, then stored: for equal shards the mean of
-        # the ranks' means is the global batch's mean, rounded once as one process would.
-        mean = _average_across_ranks(f.mean())
-        mean = mean.to(device=self.ema.device, dtype=self.ema.dtype)
-        # Out of place, then copied: torch.compile loses the chained in-place update.
-        self.ema.copy_(self.decay * self.ema + (1 - self.decay) * mean)
-        self.steps.add_(1)
+        if self._on_host(f):
+            # decay * ema + (1 - decay) * mean as the tensor kernels round it: each operand
+            # and result in the buffer's dtype (a product or sum of two float32 numbers in
+            # float64, rounded once, is the float32 one)
+            rounded = _rounder(self.ema.dtype)
+            decay, mean = rounded(self.decay), rounded(float(f.mean().item()))
+            ema = float(self.ema.item())
+            new = rounded(rounded(decay * ema) + rounded(rounded(1 - self.decay) * mean))
+            self.ema.fill_(new)
+            self.steps.add_(1)
+            return
+        with torch.no_grad():
+            # Averaged across ranks in f's precision, then stored: for equal shards the mean
+            # of the ranks' means is the global batch's mean, rounded once as one process
+            # would.
+            mean = _average_across_ranks(f.mean())
+            mean = mean.to(device=self.ema.device, dtype=self.ema.dtype)
+            # Out of place, then copied: torch.compile loses the chained in-place update.
+            self.ema.copy_(self.decay * self.ema + (1 - self.decay) * mean)
+            self.steps.add_(1)
 
 
 def _leave_one_out_optimal_baseline(problem: Problem, f: Tensor, scores: Tensor) -> Tensor:
@@ -285,6 +318,24 @@ def _leave_one_out_optimal_baseline(problem: Problem, f: Tensor, scores: Tensor)
     if problem.probs is not None:
         fallback = problem.spread((f.sum(0) - f) / (n - 1))
     return torch.where(denominator > 0, numerator / safe, fallback)
+
+
+_HOST_DTYPES = (torch.float32, torch.float64)
+_FLOAT64_TINY = torch.finfo(torch.float64).tiny
+
+
+def _to_float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _rounder(dtype: torch.dtype) -> Callable[[float], float]:
+    """Rounding of a Python number to ``dtype`` (float32 or float64)."""
+    return _to_float32 if dtype == torch.float32 else float
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _average_across_ranks(x: Tensor) -> Tensor:
