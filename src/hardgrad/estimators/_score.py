@@ -266,11 +266,11 @@ class Reinforce(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
 
     def _current_ema(self, f: Tensor) -> Tensor | float:
         if self._on_host(f):
-            steps = int(self.steps.item())
-            if steps <= 0:
+            count = int(self.steps.item())
+            if count <= 0:
                 return 0.0
-            correction = max(1 - self.decay**steps, _FLOAT64_TINY)  # (in float64, as below)
-            return float(self.ema.item()) / correction
+            bias = max(1 - self.decay**count, _FLOAT64_TINY)  # (in float64, as below)
+            return float(self.ema.item()) / bias
         # The bias correction in float64 (the stored average is float32).
         steps = self.steps.to(torch.float64)
         correction = (1 - self.decay**steps).clamp_min(torch.finfo(torch.float64).tiny)
@@ -285,9 +285,9 @@ class Reinforce(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
             # and result in the buffer's dtype (a product or sum of two float32 numbers in
             # float64, rounded once, is the float32 one)
             rounded = _rounder(self.ema.dtype)
-            decay, mean = rounded(self.decay), rounded(float(f.mean().item()))
+            decay, batch_mean = rounded(self.decay), rounded(float(f.mean().item()))
             ema = float(self.ema.item())
-            new = rounded(rounded(decay * ema) + rounded(rounded(1 - self.decay) * mean))
+            new = rounded(rounded(decay * ema) + rounded(rounded(1 - self.decay) * batch_mean))
             self.ema.fill_(new)
             self.steps.add_(1)
             return
