@@ -353,7 +353,8 @@ def apply_identity(x: Tensor, hard: HardFn) -> Tensor:
 
 def native_value(x: Tensor, value: Tensor, keep: Tensor | None = None) -> Tensor:
     """A new tensor with ``value``'s values whose gradient to ``x`` is the incoming one
-    (``keep`` None) or that times ``keep`` (0/1), recorded with autograd's own nodes: the
+    (``keep`` None) or that times ``keep`` (a 0/1 mask, or any factor such as a
+    straight-through slope), recorded with autograd's own nodes: the
     copy ``x.clone()`` or the product ``x * keep`` (``MulBackward0`` saves only ``keep``),
     its values then replaced by ``value`` outside autograd. Neither node saves the output,
     so the replacement is safe. For :func:`records_natively` tensors: ``value`` has ``x``'s
