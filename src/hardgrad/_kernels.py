@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -167,6 +168,16 @@ def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
     (whose own arithmetic rounds too early: ``x / scale`` before ``round``, a softmax's
     logits, a temperature below 6e-5), the dtype itself otherwise."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def rounded_to(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to nearest in ``dtype`` (float32 or float64), as a Python number:
+    what a kernel of that dtype stores. A sum, product or quotient of two float32 numbers
+    computed in float64 and then rounded is the float32 one (double rounding is innocuous
+    for them), so a few scalar steps can be done on the host, bit for bit."""
+    if dtype == torch.float32:
+        return float(struct.unpack("f", struct.pack("f", value))[0])
+    return float(value)
 
 
 def cast(x: Tensor, dtype: torch.dtype) -> Tensor:

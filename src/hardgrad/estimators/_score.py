@@ -27,15 +27,13 @@ the other value, whose :math:`f` the derivative needs).
 from __future__ import annotations
 
 import abc
-import struct
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from .._checkpoint import SettingsInState
-from .._kernels import eager_plain, finite, opmath
+from .._kernels import eager_plain, finite, opmath, rounded_to
 from .._validation import check_int, check_real
 from ..ops._autograd import apply_function, cached_signature, has_tangent
 from ._base import ESTIMATORS, Estimator, uniform
@@ -284,7 +282,11 @@ class Reinforce(SettingsInState, ScoreFunctionEstimator, torch.nn.Module):
             # decay * ema + (1 - decay) * mean as the tensor kernels round it: each operand
             # and result in the buffer's dtype (a product or sum of two float32 numbers in
             # float64, rounded once, is the float32 one)
-            rounded = _rounder(self.ema.dtype)
+            dtype = self.ema.dtype
+
+            def rounded(value: float) -> float:
+                return rounded_to(value, dtype)
+
             decay, batch_mean = rounded(self.decay), rounded(float(f.mean().item()))
             ema = float(self.ema.item())
             new = rounded(rounded(decay * ema) + rounded(rounded(1 - self.decay) * batch_mean))
@@ -324,15 +326,6 @@ _HOST_DTYPES = (torch.float32, torch.float64)
 _FLOAT64_TINY = torch.finfo(torch.float64).tiny
 
 
-def _to_float32(value: float) -> float:
-    return float(struct.unpack("f", struct.pack("f", value))[0])
-
-
-def _rounder(dtype: torch.dtype) -> Callable[[float], float]:
-    """Rounding of a Python number to ``dtype`` (float32 or float64)."""
-    return _to_float32 if dtype == torch.float32 else float
-
-
 def _distributed() -> bool:
     dist = torch.distributed
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -341,7 +334,7 @@ def _distributed() -> bool:
 def _average_across_ranks(x: Tensor) -> Tensor:
     """The mean of ``x`` over the ranks of the default process group, when one is up."""
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if _distributed():
         x = x.clone()
         dist.all_reduce(x)
         x /= dist.get_world_size()

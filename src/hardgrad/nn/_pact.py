@@ -8,14 +8,13 @@ one Function, where ``hg.clamp(x, 0, alpha)`` followed by ``hg.quantize`` record
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .._checkpoint import SettingsInState
-from .._kernels import cast, constant, eager_plain, opmath_dtype, storable_mask
+from .._kernels import cast, constant, eager_plain, opmath_dtype, rounded_to, storable_mask
 from .._validation import _is_transformed, check_floating, check_int, check_positive
 from ..ops._autograd import (
     apply_function,
@@ -26,14 +25,6 @@ from ..ops._autograd import (
     mark_non_differentiable,
     masked,
 )
-
-
-def _rounded(value: float, dtype: torch.dtype) -> float:
-    """``value`` rounded to nearest in ``dtype`` (float32 or float64), as a Python number."""
-    if dtype == torch.float64:
-        return value
-    return float(struct.unpack("f", struct.pack("f", value))[0])
-
 
 _BOUNDS: dict[tuple[torch.dtype, int], tuple[float, float]] = {}
 
@@ -50,7 +41,7 @@ def alpha_bounds(dtype: torch.dtype, levels: int) -> tuple[float, float]:
         info = torch.finfo(compute)
         # (1 - 4 eps) leaves room for the step's and the level's roundings; rounding the
         # bound into the compute dtype moves it by far less than that margin.
-        high = _rounded(torch.finfo(dtype).max * (1 - 4 * info.eps), compute)
+        high = rounded_to(torch.finfo(dtype).max * (1 - 4 * info.eps), compute)
         found = _BOUNDS[key] = (levels * info.tiny, high)
     return found
 
@@ -77,9 +68,9 @@ def _pact_values(
     low, high = bounds
     xc = cast(x, dtype)
     if _host_path(x, alpha):
-        level_alpha = min(max(_rounded(alpha.item(), dtype), low), high)
-        step = _rounded(level_alpha / levels, dtype)
-        inverse = _rounded(1.0 / step, dtype)
+        level_alpha = min(max(rounded_to(alpha.item(), dtype), low), high)
+        step = rounded_to(level_alpha / levels, dtype)
+        inverse = rounded_to(1.0 / step, dtype)
         level = torch.clamp(xc, 0.0, level_alpha).mul_(inverse).round_()
         # 0 + step * level: one kernel, and +0.0 where clamp kept an input's -0.0
         y = torch.add(constant(0.0, level), level, alpha=step, out=level)

@@ -108,21 +108,21 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
 def _round_with(x: Tensor, noise: Tensor) -> Tensor:
     """:math:`\\lfloor x \\rfloor + \\mathbb 1[u < x - \\lfloor x \\rfloor]` in ``noise``'s dtype."""
     wide = x.to(noise.dtype)
+    if eager_plain(x):
+        return cast(_round_into(wide, noise, torch.empty_like(wide)), x.dtype)
     low = torch.floor(wide)
-    if eager_plain(x):  # the comparison written into the fraction's own memory as 0/1
-        frac = torch.sub(wide, low)
-        return cast(low.add_(torch.lt(noise, frac, out=frac)), x.dtype)
     up = (noise < wide - low).to(noise.dtype)
     return (low + up).to(x.dtype)
 
 
-def _round_in_place(out: Tensor, noise: Tensor) -> None:
-    """:func:`_round_with` written over ``out`` (a copy of ``x`` in ``noise``'s dtype): the
-    same values, one allocation fewer."""
-    low = torch.floor(out)
-    torch.sub(out, low, out=out)
+def _round_into(wide: Tensor, noise: Tensor, out: Tensor) -> Tensor:
+    """:func:`_round_with`'s value written into ``out`` (eager mode), which may be
+    ``wide`` itself (a copy of ``x`` in ``noise``'s dtype): the fraction, then the
+    comparison with the uniforms as 0/1, then the floor added, all in ``out``'s memory."""
+    low = torch.floor(wide)
+    torch.sub(wide, low, out=out)
     torch.lt(noise, out, out=out)
-    out.add_(low)
+    return out.add_(low)
 
 
 @cached_signature
@@ -208,6 +208,6 @@ def stochastic_round(x: Tensor, generator: torch.Generator | None = None) -> Ten
         # autograd's own copy records the identity backward (in C++), and the rounding is
         # written over the copy
         out = x.clone()
-        without_grad(_round_in_place, out, noise)
+        without_grad(_round_into, out, noise, out)
         return out
     return apply_function(_StochasticRound, x, noise)

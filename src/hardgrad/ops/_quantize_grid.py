@@ -10,13 +10,12 @@ Functions of :mod:`hardgrad.ops._quantize` choose among them by mode and size.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._kernels import cast, constant, eager_plain, opmath_dtype
+from .._kernels import cast, constant, eager_plain, opmath_dtype, rounded_to
 from ._autograd import float_mask, saved_mask
 
 # Half types are quantized in float32 (then cast back): their own arithmetic would round
@@ -39,8 +38,7 @@ def _reciprocal(scale: float, dtype: torch.dtype, device: torch.device) -> Scale
         return 1.0 / scale
     if torch.compiler.is_compiling():
         return torch.reciprocal(torch.scalar_tensor(scale, dtype=torch.float32, device=device))
-    as_float32 = struct.unpack("f", struct.pack("f", scale))[0]
-    return float(struct.unpack("f", struct.pack("f", 1.0 / as_float32))[0])
+    return rounded_to(1.0 / rounded_to(scale, torch.float32), torch.float32)
 
 
 def _grid(x: Tensor, inverse: Scale, zero_point: Tensor | None, dtype: torch.dtype) -> Tensor:
