@@ -1036,6 +1036,74 @@ def test_probe_points_are_float64() -> None:
     assert set(seen) == {torch.float64}
 
 
+@pytest.mark.parametrize("x", [-1e30, -1e-30, 1e-30, 1.0, 1e15, 1e30])
+@pytest.mark.parametrize(
+    ("name", "fn", "derivative"),
+    [
+        ("square", lambda x: x * x, lambda x: 2 * x),
+        ("tanh", torch.tanh, lambda x: 1 - math.tanh(x) ** 2),
+        ("identity", lambda x: x, lambda x: 1.0),
+        ("float32 tanh", lambda x: torch.tanh(x.float()), lambda x: 1 - math.tanh(x) ** 2),
+    ],
+)
+def test_probe_smooth_functions_have_no_kink_at_any_magnitude(name, fn, derivative, x) -> None:
+    """Regression: at |x| = 1e30 a fixed step of 1e-4 is below float64's spacing
+    (x + 1e-4 == x), both quotients came out 0 and x * x was reported as differing from its
+    derivative 2e30. The step is now eps * max(1, |x|) and the tolerances include the
+    rounding of the values in the dtype fn returns (float32 for the last case)."""
+    p = one_point(fn, x)
+    assert not p.kink and not p.jump, (name, x, p)
+    assert p.convention == "derivative", (name, x, p)
+    expected = derivative(x)
+    assert p.autograd == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    # The quotients agree with the derivative to about the (relative) step.
+    assert p.left == pytest.approx(expected, rel=1e-3, abs=1e-3)
+    assert p.right == pytest.approx(expected, rel=1e-3, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("fn", "x", "left", "right", "jump"),
+    [
+        (torch.abs, 0.0, -1.0, 1.0, False),
+        (torch.relu, 0.0, 0.0, 1.0, False),
+        (torch.round, 0.5, 0.0, None, True),
+        (lambda x: torch.relu(x.float()), 0.0, 0.0, 1.0, False),
+        (lambda x: (x - 1e30).abs(), 1e30, -1.0, 1.0, False),  # a kink far out
+        (lambda x: torch.relu(x - 1e30), 1e30, 0.0, 1.0, False),
+    ],
+)
+def test_probe_still_finds_real_kinks(fn, x, left, right, jump) -> None:
+    p = one_point(fn, x)
+    assert p.kink and p.jump == jump, p
+    assert p.left == pytest.approx(left, abs=1e-6)
+    if right is not None:
+        assert p.right == pytest.approx(right, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("fn", "error", "match"),
+    [
+        (lambda x: 1.0, TypeError, r"`fn` \(<lambda>\) to return a tensor.*float 1.0"),
+        (lambda x: x.item(), TypeError, r"`fn` \(<lambda>\).*returned float 0.25"),
+        (lambda x: torch.stack([x, x]), ValueError, r"`fn` \(<lambda>\).*shape \(2,\)"),
+        (lambda x: x.expand(3, 2), ValueError, r"`fn`.*shape \(3, 2\)"),
+        (lambda x: torch.complex(x, x), TypeError, r"`fn`.*real tensor"),
+    ],
+)
+def test_probe_names_fn_when_it_returns_a_non_scalar(fn, error, match) -> None:
+    """Regression: a Python float raised AttributeError ('float' object has no attribute
+    'requires_grad') and a vector torch's "only one element tensors can be converted",
+    neither naming ``fn``. A Python number is rejected rather than accepted: it has no
+    gradient, so there is nothing for probe to report."""
+    with pytest.raises(error, match=match):
+        probe(fn, [0.25])
+
+
+def test_probe_accepts_a_one_element_result_of_any_shape() -> None:
+    p = one_point(lambda x: torch.relu(x).reshape(1, 1), 0.0)
+    assert p.kink and p.autograd == 0.0 and p.convention == "left derivative"
+
+
 # --------------------------------------------------------------------------------------
 # Regressions found by tests/test_properties_modules.py.
 # --------------------------------------------------------------------------------------

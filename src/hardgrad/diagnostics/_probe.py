@@ -5,13 +5,21 @@ For a scalar function :math:`\phi` and a point :math:`x`, :func:`probe` reports
 .. math::
 
     \phi'_{\text{autograd}}(x), \qquad
-    D^- = \frac{\phi(x) - \phi(x - \epsilon)}{\epsilon}, \qquad
-    D^+ = \frac{\phi(x + \epsilon) - \phi(x)}{\epsilon},
+    D^- = \frac{\phi(x) - \phi(x - h)}{h}, \qquad
+    D^+ = \frac{\phi(x + h) - \phi(x)}{h}, \qquad h = \epsilon \max(1, |x|),
 
 in float64, flags a **kink** where :math:`D^-` and :math:`D^+` differ, a **jump** where
-:math:`\phi(x \pm \epsilon) - \phi(x)` does not shrink with :math:`\epsilon` (the quotients
-then grow like :math:`1/\epsilon`), and names the convention autograd used there: the left
-or right derivative, their mean, zero, or something else.
+:math:`\phi(x \pm h) - \phi(x)` does not shrink with :math:`h` (the quotients then grow
+like :math:`1/h`), and names the convention autograd used there: the left or right
+derivative, their mean, zero, or something else.
+
+The step is relative for :math:`|x| > 1`: a fixed :math:`\epsilon` would vanish below the
+spacing of float64 near :math:`|x| = 10^{30}` (:math:`x \pm \epsilon = x`). The quotients
+are taken over the steps :math:`x - (x - h)` and :math:`(x + h) - x` as rounded, and the
+kink and jump tolerances include the rounding of :math:`\phi`'s values in the dtype ``fn``
+returns (:math:`8 u \max|\phi| / h` for a unit roundoff :math:`u`), so that a smooth
+function is not flagged at any magnitude; a kink of slope change :math:`\Delta` is still
+found when :math:`\Delta` is above :math:`10^3 \epsilon` times the slopes.
 """
 
 from __future__ import annotations
@@ -144,10 +152,17 @@ def probe(
         fn: an elementwise function of a float64 tensor (``torch.relu``,
             ``lambda x: x.clamp(0, 1)``, ``hg.round``...).
         points: the points (a list of floats or a 1-d tensor).
-        eps: the step of the difference quotients, > 0.
+        eps: the step of the difference quotients, > 0, relative to :math:`|x|` where
+            :math:`|x| > 1` (the step is ``eps * max(1, |x|)``).
 
     Returns:
         A :class:`ProbeReport`, one :class:`ProbePoint` per point.
+
+    Raises:
+        TypeError: ``fn`` is not callable, or returns something other than a tensor (a
+            Python number has no gradient to probe: return ``torch`` operations on ``x``).
+        ValueError: ``fn`` returns a tensor with more than one element, or ``points`` /
+            ``eps`` are bad.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -169,36 +184,63 @@ def probe(
     if not bool(torch.isfinite(xs).all()):
         raise ValueError("Expected finite `points`, but found inf or NaN")
     name = getattr(fn, "__name__", None) or repr(fn)
-    return ProbeReport(str(name), [_probe_point(fn, float(x), step) for x in xs])
+    return ProbeReport(str(name), [_probe_point(fn, float(x), step, str(name)) for x in xs])
 
 
-def _evaluate(fn: Callable[[Tensor], Tensor], x: float) -> float:
+def _checked(out: object, name: str) -> Tensor:
+    """``out`` if it is a one-element floating or integer tensor, else an error naming ``fn``."""
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"Expected `fn` ({name}) to return a tensor (torch operations on its float64 "
+            f"argument), but it returned {type(out).__name__} {out!r}"
+        )
+    if out.numel() != 1:
+        raise ValueError(
+            f"Expected `fn` ({name}) to return one element per point (probe passes a 0-d "
+            f"tensor), but it returned a tensor of shape {tuple(out.shape)}"
+        )
+    if out.is_complex():
+        raise TypeError(f"Expected `fn` ({name}) to return a real tensor, but found {out.dtype}")
+    return out
+
+
+def _evaluate(fn: Callable[[Tensor], Tensor], x: float, name: str) -> tuple[float, float]:
+    """``fn(x)`` as a float and the unit roundoff of the dtype it came in."""
     with torch.no_grad():
-        return float(fn(torch.tensor(x, dtype=torch.float64)))
+        out = _checked(fn(torch.tensor(x, dtype=torch.float64)), name)
+    roundoff = torch.finfo(out.dtype).eps / 2 if out.is_floating_point() else 0.0
+    return float(out), roundoff
 
 
-def _probe_point(fn: Callable[[Tensor], Tensor], x: float, eps: float) -> ProbePoint:
-    here = _evaluate(fn, x)
-    below, above = _evaluate(fn, x - eps), _evaluate(fn, x + eps)
-    left, right = (here - below) / eps, (above - here) / eps
-    # A jump: the one-sided differences do not shrink with the step.
-    small = eps / 16
-    near_below, near_above = _evaluate(fn, x - small), _evaluate(fn, x + small)
-    tolerance = 1e-9 * max(1.0, abs(here))
+def _probe_point(fn: Callable[[Tensor], Tensor], x: float, eps: float, name: str) -> ProbePoint:
+    step = eps * max(1.0, abs(x))
+    # The steps as float64 rounds them (exact differences of representable numbers).
+    lower, upper = x - step, x + step
+    down, up = x - lower, upper - x
+    values = [_evaluate(fn, t, name) for t in (x, lower, upper, x - step / 16, x + step / 16)]
+    (here, below, above, near_below, near_above) = (v for v, _ in values)
+    roundoff = max(u for _, u in values)
+    left, right = (here - below) / down, (above - here) / up
+    magnitude = max(abs(here), abs(below), abs(above))
+    # A jump: the one-sided differences do not shrink with the step (rounding aside).
+    tolerance = max(1e-9 * max(1.0, abs(here)), 8 * roundoff * magnitude)
     jump = any(
         abs(near - here) > tolerance and abs(near - here) > 0.5 * abs(far - here)
         for near, far in ((near_below, below), (near_above, above))
     )
-    # Curvature makes the quotients differ by about eps * phi''; a kink differs by O(1).
-    kink = jump or abs(left - right) > max(1e-6, 1e3 * eps) * max(1.0, abs(left), abs(right))
+    # Curvature makes the quotients differ by about h * phi''; a kink differs by O(1);
+    # rounding phi's values moves each quotient by up to 2 u max|phi| / h.
+    noise = 8 * roundoff * magnitude / min(down, up)
+    bound = max(1e-6, 1e3 * eps) * max(1.0, abs(left), abs(right)) + noise
+    kink = jump or abs(left - right) > bound
     leaf = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     try:
-        out = fn(leaf)
+        out = _checked(fn(leaf), name)
         if not out.requires_grad:
             autograd: float | None = None
             convention = "no gradient (the output does not require grad)"
         else:
-            (grad,) = torch.autograd.grad(out, leaf, allow_unused=True)
+            (grad,) = torch.autograd.grad(out.sum(), leaf, allow_unused=True)
             autograd = 0.0 if grad is None else float(grad)
             convention = _convention(autograd, left, right, kink, jump)
     except (RuntimeError, NotImplementedError) as error:
