@@ -96,7 +96,13 @@ class _ValueWithSurrogateJVP(_ValueWithSurrogate):
     def forward(  # type: ignore[override]
         x: Tensor, value: Tensor, keep: Tensor | None, surrogate: _surrogates.Surrogate
     ) -> Tensor:
-        return value.view_as(value)
+        # A copy, not a view: forward-mode AD (torch.autograd.forward_ad) requires the jvp
+        # of a Function whose output is a view of an input to be a view of that input's
+        # tangent, and ``value`` has none (the tangent is x's, times the surrogate's
+        # derivative): a view ended in autograd's "forward is returning a view ... but the
+        # jvp is not returning a view" error. Only this twin copies (transforms and
+        # forward-AD levels); plain eager calls keep the view.
+        return value.clone()
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
