@@ -604,7 +604,9 @@ def vector_quantize(
 
     The codebook gets no gradient through ``z_q`` (nor through the distances): train it
     with its own loss :math:`\lVert \operatorname{sg}[z] - c_k\rVert^2` or an EMA
-    (:class:`hardgrad.nn.VectorQuantize` does both). Half-precision inputs are handled in
+    (:class:`hardgrad.nn.VectorQuantize` does both); the backward uses the codebook's
+    value at the call (a stochastic estimator keeps a copy), so it may be updated in place
+    between the forward and the backward. Half-precision inputs are handled in
     float32 inside (distances, the rotation) and rounded once.
 
     Args:
@@ -669,10 +671,14 @@ def vector_quantize(
     check_all_finite(codebook, "codebook")
     compute = _compute_dtype(z.dtype)
     rows = _flatten(z, d).to(compute)
-    logits = -_expanded_distances(rows, frozen.to(compute), distance) / tau
+    # A copy (K x D, small beside the N x K logits): the backward reads the codebook as it
+    # was at this call, and the caller may update it in place before backward (an EMA
+    # step, a dead-code restart), which would otherwise void the saved tensor.
+    codes = frozen.to(compute, copy=True)
+    logits = -_expanded_distances(rows, codes, distance) / tau
     sample = categorical(logits, estimator=chosen, generator=generator)
     indices = sample.detach().argmax(-1)
-    soft = (sample @ frozen.to(compute)).to(z.dtype)
+    soft = (sample @ codes).to(z.dtype)
     value = frozen[indices]
     z_q = ops.straight_through(value)(soft)
     shape = z.shape[:d] + z.shape[d + 1 :]

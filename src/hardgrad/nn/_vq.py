@@ -79,6 +79,14 @@ class VectorQuantize(SettingsInState, nn.Module):
     broadcast), and its :math:`N_k` (and :math:`m_k`) set as if it had just been used
     ``dead_code_threshold`` times.
 
+    **Which codebook a step uses.** A training forward writes its EMA update and its
+    dead-code restarts into ``codebook`` (in place) after it has chosen the codes: its
+    ``z_q``, ``indices`` and loss, and the backward of every estimator (the stochastic
+    ones read the code vectors, from a copy taken at the call), use the codebook as it was
+    when the forward began; the updated one is the next forward's. With
+    ``codebook_update="loss"`` the codebook loss's gradient is that of the rows this
+    forward used; the optimizer applies it to the rows as they are, restarted ones included.
+
     **Initialisation.** The codebook starts as :math:`U(-1/K, 1/K)` (the VQ-VAE reference
     code's choice, drawn from the global RNG like ``nn.Linear``'s weights): codes near the
     origin, where a fresh encoder's outputs are. Codes of unit scale leave all but the
@@ -316,7 +324,7 @@ class VectorQuantize(SettingsInState, nn.Module):
             pick = torch.randperm(len(rows), generator=self.generator)[:count]
         else:
             pick = torch.randint(len(rows), (count,), generator=self.generator)
-        new = rows[pick.to(rows.device)].float().clone()
+        new = rows[pick.to(rows.device)].clone()  # (z's dtype: a float64 code stays exact)
         if _distributed():
             torch.distributed.broadcast(new, src=0)
         return new
