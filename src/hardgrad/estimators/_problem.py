@@ -33,6 +33,22 @@ from ._base import gumbel_noise, uniform
 
 Objective = Callable[[Tensor], Tensor]
 
+#: The most configurations an enumeration can index (``torch.arange``'s int64 range).
+INDEX_LIMIT = 2**63 - 1
+
+
+def configuration_count(values: int, m: int, limit: int) -> int | None:
+    """``values ** m`` (the configurations of ``m`` variables with ``values`` values each),
+    or ``None`` when it certainly exceeds both ``limit`` and :data:`INDEX_LIMIT`, without
+    computing it (for ``m`` in the billions the power alone would take minutes and
+    gigabytes)."""
+    if values <= 1:
+        return 1
+    bound = max(limit, INDEX_LIMIT).bit_length()
+    if m > bound:  # values**m >= 2**m > 2**bound > max(limit, INDEX_LIMIT)
+        return None
+    return values**m
+
 
 def check_values(
     values: object, n: int, batch_shape: torch.Size, prefix_ndim: int | None = None
@@ -282,12 +298,21 @@ class Problem:
         variables = batch[k:]
         m = math.prod(variables)
         values = self.logits.shape[-1] if self.categorical else 2
-        count = values**m
-        if count > limit:
+        count = configuration_count(values, m, limit)
+        if count is None or count > min(limit, INDEX_LIMIT):
+            size = f"{values}^{m}" if count is None else f"{values}^{m} = {count}"
+            cap = (
+                ""
+                if limit <= INDEX_LIMIT
+                else f" (and at most {INDEX_LIMIT}, 2^63 - 1, the most a tensor can index)"
+            )
             raise ValueError(
-                f"Expected at most `max_configurations`={limit} configurations to enumerate, "
-                f"but found {values}^{m} = {count} ({m} variables per prefix entry, prefix "
-                f"{tuple(batch[:k])})"
+                f"Expected at most `max_configurations`={limit}{cap} configurations to "
+                f"enumerate, but found {size} ({m} variables per prefix entry, prefix "
+                f"{tuple(batch[:k])}); use a sampling estimator instead (e.g. "
+                "estimator='disarm' or 'rloo' for Bernoulli, 'rloo' or 'reinforce' for "
+                "categorical), or make f return one value per batch entry (a longer prefix) "
+                "so that fewer variables are enumerated jointly"
             )
         device = self.logits.device
         codes = torch.arange(count, device=device)
