@@ -268,7 +268,7 @@ class _DenseMixer(torch.autograd.Function):
             return grad, None, None, None, None
         experts = logits.shape[-1]
         rows = logits.reshape(-1, experts)
-        chosen = indices.reshape(rows.shape[0], -1)
+        chosen = indices.reshape(rows.shape[0], indices.shape[-1])  # (-1 fails at 0 rows)
         rest = unselected_experts(chosen, experts)
         tokens = torch.arange(rows.shape[0], device=rows.device).repeat_interleave(rest.shape[1])
         if tokens.numel() == 0:  # k = E, or no tokens: nothing unselected
