@@ -12,7 +12,8 @@ Subcommands:
   (:mod:`hardgrad.bench.plots`).
 * ``hardgrad audit [--all] [--ignore SPEC] SCRIPT [ARGS ...]``: run a Python script (as
   ``python SCRIPT ARGS``) under :func:`hardgrad.diagnostics.audit` and print where gradient
-  flow dies in it: the problems, and with ``--all`` the notes too.
+  flow dies in it: the problems, and with ``--all`` the notes too. On Ctrl-C the findings
+  until then are printed and the exit status is 130.
 """
 
 from __future__ import annotations
@@ -255,6 +256,9 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 runpy.run_path(str(script), run_name="__main__")
             except SystemExit as exit_:
                 code = _exit_status(exit_.code)
+            except KeyboardInterrupt:  # Ctrl-C: what was found until then, then 130
+                print("interrupted: the findings until then follow", file=sys.stderr)
+                code = 130
             except Exception:  # the script failed: show it, and what was found until then
                 traceback.print_exc()
                 code = 1

@@ -45,13 +45,18 @@ or with a comment on its line: ``# hardgrad: ignore`` (everything there) or
 
 The watcher only observes: every call runs unchanged, so results are bit-identical, and
 the mode and the module and optimizer hooks are removed when the block ends, even when it
-raises.
+raises. When the block is stopped by an exception (``KeyboardInterrupt`` from Ctrl-C
+included) the report is still filled with what was seen up to there, and the exception
+goes on.
+
+Only the thread that opened the block is watched: forwards, backwards and optimizer steps
+run by other threads (a data loader's, another model's) are neither recorded nor judged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -76,7 +81,8 @@ def audit(*, ignore: str | Iterable[str] | None = None) -> Iterator[AuditReport]
 
     Yields:
         An :class:`AuditReport`, filled when the block ends (the verdicts need the
-        backward): ``report.problems``, ``report.notes``, ``report.findings`` (both).
+        backward), also when it ends by an exception such as ``KeyboardInterrupt``:
+        ``report.problems``, ``report.notes``, ``report.findings`` (both).
 
     Example:
         >>> import torch, hardgrad as hg
@@ -93,11 +99,17 @@ def audit(*, ignore: str | Iterable[str] | None = None) -> Iterator[AuditReport]
     module_hook = torch.nn.modules.module.register_module_forward_pre_hook(recorder.module_called)
     step_hook = register_optimizer_step_pre_hook(recorder.optimizer_step)
     mode = AuditMode(recorder)
+    finished = False
     try:
         with mode:
             yield report
+        finished = True
     finally:
         module_hook.remove()
         step_hook.remove()
         report.ops_seen = mode.calls
-    report.findings = judge(recorder, skip)
+        if finished:
+            report.findings = judge(recorder, skip)
+        else:  # stopped by Ctrl-C or an error: what was seen until then, never a new error
+            with suppress(Exception):
+                report.findings = judge(recorder, skip)

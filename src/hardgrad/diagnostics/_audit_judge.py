@@ -143,7 +143,13 @@ class Judge:
         if recorder.backward_seen:
             for key, leaf in recorder.open.items():
                 if leaf.exposed and key not in recorder.grad_inputs and leaf.tensor.requires_grad:
-                    self.untrained[key] = "all-zero gradient" if leaf.touched else "grad is None"
+                    self.untrained[key] = (
+                        "all-zero gradient"
+                        if leaf.touched
+                        else "grad is None"
+                        if leaf.tensor.grad is None
+                        else "no backward gave it a gradient"
+                    )
         self.problems: dict[Site, set[int]] = {}
         self.details: dict[Site, str] = {}
         self.explained: dict[int, list[Site]] = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,7 +163,6 @@ class Recorder:
         self.zero_outs: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         self.leaves: dict[int, Leaf] = {}
         self.open: dict[int, Leaf] = {}  # leaves that have not had a gradient yet
-        self.unread: list[Leaf] = []  # leaves whose .grad is read before the next backward
         #: Modules whose parameters are known (id -> known only from a no_grad call).
         self.covered: dict[int, bool] = {}
         # Strong references: a model built inside a function is gone by the end of the
@@ -178,6 +178,10 @@ class Recorder:
         self.last_sample: FrameType | None = None
         self._inside_hardgrad: dict[CodeType, bool] = {}
         self._order = 0
+        #: The thread that opened the audit: the module and optimizer hooks are global, so
+        #: calls from other threads reach them too and are left out (the function mode is
+        #: per thread already).
+        self.thread = threading.get_ident()
 
     def _next(self) -> int:
         self._order += 1
@@ -459,21 +463,23 @@ class Recorder:
     # -- tensors, modules and optimizers ---------------------------------------------------
     def add_leaf(self, leaf: Leaf) -> None:
         """Track a tensor that should get a gradient; what its ``.grad`` is now is read
-        before the next backward (or now, when one ran already)."""
+        before each backward (and now, when one ran already: it may be running)."""
         self.leaves[id(leaf.tensor)] = leaf
         self.open[id(leaf.tensor)] = leaf
         if self.any_backward:
             leaf.state = grad_state(leaf.tensor)
-        else:
-            self.unread.append(leaf)
 
     def read_grads(self) -> None:
-        """Called inside the watcher (where ``.grad`` costs no dispatch) before a backward."""
-        for leaf in self.unread:
+        """Called inside the watcher (where ``.grad`` costs no dispatch) before a backward:
+        what each open tensor's ``.grad`` is now, so that only a change made by this
+        backward counts (not an ``optimizer.zero_grad(set_to_none=False)`` between the
+        backwards of an accumulated step, which zeroes the gradients in place)."""
+        for leaf in self.open.values():
             leaf.state = grad_state(leaf.tensor)
-        self.unread.clear()
 
     def module_called(self, module: torch.nn.Module, _inputs: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
         try:
             if torch.is_grad_enabled():
                 if id(module) not in self.grad_modules:
@@ -537,6 +543,8 @@ class Recorder:
                 self.add_leaf(Leaf(p, label, where, self._next(), "module", from_no_grad))
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
         try:
             if id(optimizer) in self.optimizers:
                 return
