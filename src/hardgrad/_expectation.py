@@ -2,6 +2,8 @@ r"""``hg.expectation``: :math:`E_{b \sim p_\theta}[f(b)]` with any gradient esti
 
 from __future__ import annotations
 
+import typing
+
 import torch
 from torch import Tensor
 
@@ -134,6 +136,8 @@ def expectation(
         raise ValueError(f"Expected `dist` to be one of {DISTRIBUTIONS}, but found {dist!r}")
     _check_generator(generator)
     chosen = _estimators.resolve(estimator)
+    if not chosen.pathwise and not isinstance(chosen, ScoreFunctionEstimator):
+        raise TypeError(_not_usable(chosen))
     is_categorical = dist == "categorical"
     d = check_dim(tensor, dim) if is_categorical else 0
     if is_categorical and tensor.shape[d] == 0:
@@ -155,7 +159,7 @@ def expectation(
     if chosen.pathwise:
         _resolve(chosen, tensor, "hg.expectation")  # its tau against the dtype, as the samplers do
         return _pathwise_expectation(chosen, f, tensor, is_probs, is_categorical, d, n, generator)
-    assert isinstance(chosen, ScoreFunctionEstimator)
+    chosen = typing.cast(ScoreFunctionEstimator, chosen)  # (checked above)
     canonical = tensor.movedim(d, -1) if is_categorical else tensor
     if is_probs:
         problem = Problem.from_probs(f, canonical, is_categorical, d, n, generator)
@@ -169,6 +173,22 @@ def expectation(
             generator=generator,
         )
     return chosen.expectation(problem)
+
+
+def _not_usable(chosen: _estimators.Estimator) -> str:
+    """Why ``hg.expectation`` cannot use an :class:`~hardgrad.estimators.Estimator` that is
+    neither pathwise nor a score-function estimator, and what it must implement."""
+    name = type(chosen).__name__
+    return (
+        f"Expected `estimator` to be usable by hg.expectation, but found {name}, an "
+        "Estimator subclass with pathwise=False that is not a "
+        "hardgrad.estimators.ScoreFunctionEstimator. Either set the class attribute "
+        "pathwise = True and implement categorical(logits, noise, dim) (a sample whose "
+        "backward is the estimate; optionally bernoulli(logits, noise) and noise(logits, "
+        "generator)), or subclass hardgrad.estimators.ScoreFunctionEstimator and implement "
+        "expectation(problem) (the Monte-Carlo value whose gradient is the estimate; see "
+        "hardgrad.estimators.attach_gradient)"
+    )
 
 
 def _check_num_samples(chosen: _estimators.Estimator, dist: str, num_samples: int | None) -> int:

@@ -330,6 +330,18 @@ def resolve(estimator: str | Estimator, *, pathwise: bool = False, where: str = 
         )
     if pathwise and not instance.pathwise:
         usable = ", ".join(repr(n) for n, cls in ESTIMATORS.items() if cls.pathwise)
+        from ._score import ScoreFunctionEstimator  # (an error path: no import cycle)
+
+        if not isinstance(instance, ScoreFunctionEstimator):
+            raise TypeError(
+                f"Expected a pathwise `estimator` for {where}, but found "
+                f"{type(instance).__name__}, an Estimator subclass with pathwise=False that "
+                "is not a ScoreFunctionEstimator, which nothing can use: set the class attribute "
+                "pathwise = True and implement categorical(logits, noise, dim) (a sample whose "
+                "backward is the estimate), or subclass "
+                "hardgrad.estimators.ScoreFunctionEstimator and implement expectation(problem) "
+                f"to use it through hg.expectation; built-in pathwise estimators: {usable}"
+            )
         raise ValueError(
             f"Expected a pathwise `estimator` for {where}, but found {instance!r}, which "
             f"works through hg.expectation only; pathwise: {usable}"

@@ -130,7 +130,12 @@ class Problem:
 
     @property
     def prefix_shape(self) -> torch.Size:
-        assert self.prefix_ndim is not None, "evaluate() first"
+        """The batch dimensions ``f``'s values keep; known once :meth:`evaluate` has run."""
+        if self.prefix_ndim is None:
+            raise RuntimeError(
+                "Problem.prefix_shape is known only after Problem.evaluate() has run f once "
+                "(f's value tells how many batch dimensions it keeps); call evaluate first"
+            )
         return self.batch_shape[: self.prefix_ndim]
 
     def to_caller(self, samples: Tensor) -> Tensor:
@@ -264,7 +269,11 @@ class Problem:
         r""":math:`p(b)` per prefix entry from :attr:`probs`, differentiable in them and exact
         at probabilities of 0 and 1 (a product, no logarithms): :math:`\prod_i p_i^{b_i}
         (1 - p_i)^{1 - b_i}`, or :math:`\prod_i q_{i, D_i}` with :math:`q` normalised."""
-        assert self.probs is not None
+        if self.probs is None:
+            raise RuntimeError(
+                "Problem.probability needs a problem over probabilities (hg.expectation "
+                "called with probs=), but this one has logits; use Problem.log_prob"
+            )
         q = opmath(self.probs)
         if self.categorical:
             q = q / q.sum(-1, keepdim=True)
