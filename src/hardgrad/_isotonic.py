@@ -29,7 +29,7 @@ non-smooth step, done without gradient in one of two ways:
 batched kernels beat a Python scan, and PAV from there on, and returns each entry's block statistics (means or log-sum-exps of ``s`` and ``w``
 over its block) as differentiable tensors: autograd gives PAV's Jacobian exactly,
 :math:`1/|B|` on the block's entries (``"l2"``) or their :math:`\operatorname{softmax}_B`
-(``"kl"``). The min-max path picks the statistics out of the :math:`n \times n` tables of
+(``"kl"``), and exact second derivatives on both paths. The min-max path picks the statistics out of the :math:`n \times n` tables of
 all blocks' statistics; the PAV path sums over the blocks (scatter-add), in
 :math:`O(n)` memory.
 """
@@ -147,26 +147,29 @@ def _(info: Any, in_dims: tuple[int | None, ...], s: Tensor, w: Tensor, kl: bool
 # --------------------------------------------------------------------------- min-max
 
 
-def _suffix_logsumexp(a: Tensor) -> Tensor:
-    """``out[..., j] = log sum_{t >= j} exp(a[..., t])``, with a ``-inf`` appended."""
-    r = torch.logcumsumexp(a.flip(-1), -1).flip(-1)
-    return torch.cat([r, torch.full_like(r[..., :1], -torch.inf)], -1)
-
-
 def _range_logsumexp(a: Tensor) -> Tensor:
-    r"""``out[..., j, k] = log sum_{t=j}^{k} exp(a_t)`` for ``j <= k`` (finite garbage-free
-    values elsewhere are not guaranteed): :math:`R_j + \log(1 - e^{R_{k+1} - R_j})` with
-    the suffix sums :math:`R`, accurate for decreasing ``a`` (where :math:`R_{k+1} \ll R_j`)."""
-    r = _suffix_logsumexp(a)
+    r"""``out[..., j, k] = log sum_{t=j}^{k} exp(a_t)`` for ``j <= k`` (finite values
+    elsewhere) and non-increasing rows ``a`` (what the soft sorts pass: both statistics'
+    inputs are sorted decreasingly): row :math:`j` of the table is
+    :math:`m_j + \log \sum_{t=j}^{k} e^{a_t - m_j}`, running sums along :math:`k` of terms
+    shifted by the suffix maximum :math:`m_j = \max_{t \ge j} a_t` (held constant, so it
+    changes no derivative), each at most 1 and the first exactly 1. (A row that rises far
+    above an earlier entry would lose that entry's blocks to underflow.)
+
+    Only ``exp``, ``cumsum`` and ``log``: autograd's second derivatives through them are
+    exact. (``torch.logcumsumexp``'s backward, which an earlier form used, is not
+    differentiable where its incoming gradient is 0, which most entries of these tables
+    get: Hessian-vector products came out 10-90 % off.)"""
     n = a.shape[-1]
-    head = r[..., :n].unsqueeze(-1)  # R_j, along rows
-    tail = r[..., 1:].unsqueeze(-2)  # R_{k+1}, along columns
-    gap = (tail - head).clamp_max(0.0)
-    tiny = torch.finfo(a.dtype).tiny
-    out = head + torch.log((-torch.expm1(gap)).clamp_min(tiny))
-    # A block of one is a_j itself, bit for bit and with derivative exactly 1 (the suffix
-    # sums' own rounding, an ulp of a large a_j, would otherwise leak into the gradient).
     idx = torch.arange(n, device=a.device)
+    keep = idx.unsqueeze(-1) <= idx  # [j, t]: t >= j
+    with torch.no_grad():
+        shift = torch.cummax(a.flip(-1), -1).values.flip(-1).unsqueeze(-1)  # m_j
+    # -inf before j (not a mask after exp: e^{a_t - m_j} may overflow there).
+    gaps = torch.where(keep, a.unsqueeze(-2) - shift, torch.full_like(shift, -torch.inf))
+    sums = torch.exp(gaps).cumsum(-1)
+    out = shift + torch.log(sums.clamp_min(torch.finfo(a.dtype).tiny))
+    # A block of one is a_j itself, bit for bit and with derivative exactly 1.
     return torch.where(idx.unsqueeze(-1) == idx, a.unsqueeze(-2), out)
 
 
