@@ -33,7 +33,7 @@ from .._kernels import (
     softmax_vjp,
     without_grad,
 )
-from .._validation import check_int, check_positive
+from .._validation import check_int, check_normal, check_positive
 from ..ops._autograd import (
     apply_function,
     cached_signature,
@@ -58,7 +58,9 @@ def _softmax_jacobian_product(grad: Tensor, p: Tensor, dim: int) -> Tensor:
 
 
 def _check_tau(tau: Any) -> float:
-    return check_positive(tau, "tau")
+    """A positive finite number, normal in float64 (a subnormal ``tau`` has ``1 / tau = inf``
+    in every dtype); the samplers check it again against the dtype they compute in."""
+    return check_normal(check_positive(tau, "tau"), "tau", torch.float64)
 
 
 def _perturbed_log_odds(logits: Tensor, gumbel: Tensor) -> Tensor:

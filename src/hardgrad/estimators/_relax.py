@@ -53,12 +53,14 @@ from torch import Tensor
 
 from .._checkpoint import SettingsInState
 from .._kernels import eager_plain
-from .._validation import check_positive, check_real
+from .._validation import check_normal, check_positive, check_real
 from ..ops._autograd import apply_function, has_tangent
 from ._base import ESTIMATORS, uniform
 from ._gumbel_rao import conditional_gumbel
 from ._problem import Problem
 from ._score import ScoreFunctionEstimator, attach_parameter_gradient, first_order_only
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 class _GradientWithVariance(torch.autograd.Function):
@@ -162,8 +164,19 @@ class _LearnedControlVariate(SettingsInState, ScoreFunctionEstimator, torch.nn.M
         use_objective: bool,
     ) -> None:
         super().__init__()
-        tau = check_positive(tau, "tau")
+        # Both are kept as float32 parameters (log tau and the scale): tau must stay a
+        # normal float32 after exp(log tau), the scale finite in float32.
+        tau = check_normal(check_positive(tau, "tau"), "tau", torch.float32)
         scale = check_real(scale, "scale")
+        if not abs(scale) <= _FLOAT32_MAX:
+            raise ValueError(
+                f"Expected `scale` finite and at most {_FLOAT32_MAX:.6g} in magnitude (it is "
+                f"kept as a float32 parameter), but found scale={scale!r}"
+            )
+        if not isinstance(use_objective, bool):
+            raise TypeError(
+                f"Expected `use_objective` to be a bool, but found {type(use_objective).__name__}"
+            )
         if control_variate is not None and not isinstance(control_variate, torch.nn.Module):
             raise TypeError(
                 "Expected `control_variate` to be a torch.nn.Module or None, but found "
@@ -353,8 +366,9 @@ class REBAR(_LearnedControlVariate):
     (module docstring). Tucker et al. (2017), https://arxiv.org/abs/1703.07370.
 
     Args:
-        tau: initial temperature :math:`\lambda` > 0.
-        scale: initial :math:`\eta`.
+        tau: initial temperature :math:`\lambda` > 0, within float32's normal range (it is
+            kept as the float32 parameter ``log_tau``).
+        scale: initial :math:`\eta`, a finite number within float32's range.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -406,9 +420,9 @@ class RELAX(_LearnedControlVariate):
 
     Args:
         control_variate: an ``nn.Module`` :math:`r_\rho`, or ``None``.
-        tau: initial temperature :math:`\lambda` > 0.
-        scale: initial :math:`\eta`.
-        use_objective: include :math:`\eta f(\sigma_\lambda(z))` in the control variate.
+        tau: initial temperature :math:`\lambda` > 0, within float32's normal range.
+        scale: initial :math:`\eta`, a finite number within float32's range.
+        use_objective: a bool: include :math:`\eta f(\sigma_\lambda(z))` in the control variate.
 
     Example:
         >>> import torch, hardgrad as hg
