@@ -87,12 +87,14 @@ def _fake_quantize(
     if not unrounded:
         keep = saved_mask(torch.eq, level, clamped, x.dtype)  # NaN: unset
     if not plain:
-        # Out of place under torch.compile: with torch 2.11, dynamo loses the gradient
-        # of an autograd.Function whose forward updates a tensor in place (seen on CPU
-        # and CUDA; torch 2.13 is fine); inductor fuses either form alike.
+        # Out of place under torch.compile, and no ``.to`` of the same dtype (which
+        # returns its receiver): torch 2.11's Dynamo drops the backward of an
+        # autograd.Function whose output came from an in-place or ``out=`` kernel or such
+        # a method, and the gradient comes out as 0 (torch 2.13 is fine; seen on CPU and
+        # CUDA). Inductor fuses either form alike.
         if zero_point is not None:
             clamped = clamped - zero_point
-        return (clamped * scale).to(x.dtype), keep
+        return cast(clamped * scale, x.dtype), keep
     if zero_point is not None:
         clamped.sub_(zero_point)
     y = clamped.mul_(scale)
@@ -105,7 +107,7 @@ def _fake_quantize_value(
     """Forward only (no mask), zero point 0, number scale."""
     level = _grid(x, inverse, None, _compute_dtype(x.dtype))
     if not eager_plain(x):  # (out of place under torch.compile: see _fake_quantize)
-        return (torch.clamp(level, quant_min, quant_max) * scale).to(x.dtype)
+        return cast(torch.clamp(level, quant_min, quant_max) * scale, x.dtype)
     # clamp_min_/clamp_max_ rather than clamp_: vmap has batching rules for them only.
     return level.clamp_min_(quant_min).clamp_max_(quant_max).mul_(scale).to(x.dtype)
 
