@@ -111,7 +111,7 @@ def test_quantize_swaps_in_place_keeping_the_trained_parameters():
     x = torch.randn(8, 1, 8, 8, generator=_gen(3))
     float_out = model(x).detach()
     params = {name: p for name, p in model.named_parameters()}
-    assert hg.nn.quantize_(model, weight_bits=16, act_bits=16) is model
+    assert hg.nn.quantize_(model, weight_bits=16, act_bits=16, optimizer=None) is model
     assert isinstance(model.conv, hg.nn.QuantConv2d) and isinstance(model.head, hg.nn.QuantLinear)
     assert isinstance(model.body[0], hg.nn.QuantLinear) and isinstance(model.body[1], nn.ReLU)
     for name, p in params.items():  # the very same Parameter objects
@@ -126,11 +126,11 @@ def test_quantize_swaps_in_place_keeping_the_trained_parameters():
 
 def test_quantize_skips_first_last_and_named_layers():
     model = Net()
-    hg.nn.quantize_(model, weight_bits=4, act_bits=8, skip=["first", "last"])
+    hg.nn.quantize_(model, weight_bits=4, act_bits=8, skip=["first", "last"], optimizer=None)
     assert type(model.conv) is nn.Conv2d and type(model.head) is nn.Linear
     assert isinstance(model.body[0], hg.nn.QuantLinear) and model.body[0].weight_bits == 4
     model = Net()
-    hg.nn.quantize_(model, weight_bits=2, act_bits=None, skip=["body"])
+    hg.nn.quantize_(model, weight_bits=2, act_bits=None, skip=["body"], optimizer=None)
     assert type(model.body[0]) is nn.Linear and type(model.body[2]) is nn.Linear
     assert isinstance(model.conv, hg.nn.QuantConv2d) and model.conv.act_quantizer is None
     with pytest.raises(ValueError, match=r"`skip`.*'bdy'.*'body.0'"):
@@ -145,11 +145,10 @@ def test_trained_quantized_model_trains_and_optimizer_made_before_still_works():
     x = torch.randn(64, 8, generator=_gen(4))
     y = (x[:, :3] * 2).argmax(1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    hg.nn.quantize_(model, weight_bits=4, act_bits=4)
-    model(x)  # activation scales from the first batch
-    optimizer.add_param_group(
-        {"params": [p for n, p in model.named_parameters() if n.endswith("scale")], "lr": 1e-3}
+    hg.nn.quantize_(
+        model, weight_bits=4, act_bits=4, optimizer=optimizer, optimizer_options={"lr": 1e-3}
     )
+    model(x)  # activation scales from the first batch
     first = F.cross_entropy(model(x), y).item()
     for _ in range(60):
         optimizer.zero_grad()
@@ -164,7 +163,7 @@ def test_trained_quantized_model_trains_and_optimizer_made_before_still_works():
 def _trained_model() -> nn.Module:
     torch.manual_seed(2)
     model = Net()
-    hg.nn.quantize_(model, weight_bits=4, act_bits=8)
+    hg.nn.quantize_(model, weight_bits=4, act_bits=8, optimizer=None)
     x = torch.randn(16, 1, 8, 8, generator=_gen(5))
     model(x)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)

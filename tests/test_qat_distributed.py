@@ -63,7 +63,7 @@ def _train(rank: int, world: int, store: str, outdir: str) -> None:
         model = nn.Sequential(
             nn.Linear(4, 8), nn.ReLU(), nn.Unflatten(1, (8, 1, 1)), nn.Conv2d(8, 2, 1), nn.Flatten()
         )
-        hg.nn.quantize_(model, weight_bits=4, act_bits=4)
+        hg.nn.quantize_(model, weight_bits=4, act_bits=4, optimizer=None)  # optimizer made below
         x = _batch(rank)
         with torch.no_grad():
             model(x)  # calibration: the activation scales, averaged across ranks

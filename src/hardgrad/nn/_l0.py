@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .. import gates
 from .._checkpoint import SettingsInState
 from .._kernels import cast, opmath, opmath_dtype
-from .._validation import check_dim, check_int, check_real
+from .._validation import check_dim, check_floating, check_int, check_real
 
 
 class HardConcreteGate(SettingsInState, nn.Module):
@@ -87,6 +87,7 @@ class HardConcreteGate(SettingsInState, nn.Module):
         return gates.hard_concrete_mean(self.log_alpha, gamma=self.gamma, zeta=self.zeta)
 
     def forward(self, x: Tensor) -> Tensor:
+        check_floating(x, "x")  # gating integers would truncate the gated values
         ndim = x.dim()
         d = self.dim % ndim if -ndim <= self.dim < ndim else check_dim(x, self.dim, "dim")
         if x.shape[d] != self.features:

@@ -7,7 +7,8 @@ straight-through estimator: Jacob et al. (2018), https://arxiv.org/abs/1712.0587
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -341,6 +342,86 @@ def _convert(old: nn.Linear | nn.Conv2d, **kwargs: Any) -> QuantLinear | QuantCo
     return new
 
 
+class _NotGiven:
+    """The default of ``quantize_(optimizer=...)``: not said (``None`` says "made later")."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_NOT_GIVEN: Any = _NotGiven()
+
+
+def _check_optimizer(optimizer: Any, options: Any) -> None:
+    given = optimizer is not _NOT_GIVEN and optimizer is not None
+    if given and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            "Expected `optimizer` to be a torch.optim.Optimizer or None, but found "
+            f"{type(optimizer).__name__}"
+        )
+    if options is None:
+        return
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            "Expected `optimizer_options` only with an `optimizer` to add the step sizes "
+            f"to, but found optimizer={optimizer!r}"
+        )
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            "Expected `optimizer_options` to be a mapping of hyper-parameters, but found "
+            f"{type(options).__name__}"
+        )
+    if "params" in options:
+        raise ValueError(
+            "Expected `optimizer_options` without 'params' (the group's parameters are the "
+            "new step sizes), but found the key 'params'"
+        )
+
+
+def _hand_over_step_sizes(
+    layers: list[QuantLinear | QuantConv2d],
+    optimizer: torch.optim.Optimizer | None,
+    options: Mapping[str, Any] | None,
+) -> None:
+    """Add the trainable step sizes of the new ``layers`` to ``optimizer`` as one group
+    (the first group's hyper-parameters, updated by ``options``), or warn that no
+    optimizer holds them when ``optimizer`` was not given."""
+    new = [
+        p
+        for layer in layers
+        for quantizer in (layer.weight_quantizer, layer.act_quantizer)
+        if quantizer is not None
+        for p in quantizer.parameters()
+        if p.requires_grad
+    ]
+    if not new or optimizer is None:
+        return
+    if optimizer is _NOT_GIVEN:
+        warnings.warn(
+            f"quantize_ added {len(new)} trainable parameters (the LSQ step sizes of "
+            f"{len(layers)} layers) that no optimizer made before this call holds, so it "
+            "would never train them: pass it as quantize_(..., optimizer=optimizer) to add "
+            "them as a parameter group, or make the optimizer afterwards from "
+            "model.parameters() and pass optimizer=None to say so",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    fresh = [p for p in new if id(p) not in held]
+    if fresh:
+        if isinstance(optimizer, torch.optim.LBFGS):  # it would take the group and ignore it
+            raise ValueError(
+                "Expected an `optimizer` that trains every parameter group, but found LBFGS, "
+                f"which trains its first group only: make it after quantize_ (pass "
+                f"optimizer=None), from model.parameters(), which holds the {len(fresh)} new "
+                "step sizes"
+            )
+        settings = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        settings.update(options or {})
+        optimizer.add_param_group({**settings, "params": fresh})
+
+
 def quantize_(
     model: nn.Module,
     *,
@@ -349,16 +430,32 @@ def quantize_(
     skip: Iterable[str] = (),
     act_signed: bool = True,
     learn_scale: bool = True,
+    optimizer: torch.optim.Optimizer | None = _NOT_GIVEN,
+    optimizer_options: Mapping[str, Any] | None = None,
 ) -> nn.Module:
     r"""Swap every ``nn.Linear`` and ``nn.Conv2d`` of ``model`` for :class:`QuantLinear` /
     :class:`QuantConv2d`, in place, keeping the trained weights.
 
-    The new layers share the old ``weight`` and ``bias`` *parameter objects* (an optimizer
-    made before keeps training them); their weight scales are initialised from those
-    weights, the activation scales from the first batch. Only layers whose type is exactly
-    ``nn.Linear`` or ``nn.Conv2d`` are swapped (subclasses, such as the projections inside
-    ``nn.MultiheadAttention``, which do not call their own forward, are left alone), and
-    hooks registered on a swapped layer are not carried over.
+    The new layers share the old ``weight`` and ``bias`` *parameter objects*; their weight
+    scales are initialised from those weights, the activation scales from the first batch.
+
+    **The optimizer.** With ``learn_scale=True`` the step sizes are *new* trainable
+    parameters, which an optimizer made before this call does not hold: it would keep
+    training the weights while the step sizes, gradients and all, never move. Either
+    pass that optimizer, ``optimizer=opt``: the step sizes are added to it as one
+    parameter group with the hyper-parameters of its first group, overridden by
+    ``optimizer_options`` (e.g. ``{"weight_decay": 0.0}``); or make the optimizer after
+    this call, from ``model.parameters()`` (which holds them), and say so with
+    ``optimizer=None``. Without the argument, ``quantize_`` warns (``UserWarning``)
+    whenever it adds trainable parameters. A learning-rate scheduler made before may not
+    schedule the added group (those that scale ``base_lrs``, such as ``LambdaLR`` or
+    ``OneCycleLR``, do not). ``LBFGS``, which trains one group only, is refused; any
+    error is raised before ``model`` is changed.
+
+    Only layers whose type is exactly ``nn.Linear`` or ``nn.Conv2d`` are swapped
+    (subclasses, such as the projections inside ``nn.MultiheadAttention``, which do not
+    call their own forward, are left alone), and hooks registered on a swapped layer are
+    not carried over.
 
     Args:
         model: the model, changed in place (and returned).
@@ -371,13 +468,19 @@ def quantize_(
         act_signed: signed input ranges (default) or unsigned ones (every swapped layer
             reads post-ReLU, non-negative inputs).
         learn_scale: learn the step sizes (LSQ).
+        optimizer: the optimizer that trains ``model``, to add the new step sizes to, or
+            ``None`` when it is made after this call (above).
+        optimizer_options: hyper-parameters of the added group that differ from the
+            optimizer's first group (``lr``, ``weight_decay``, ...); only with ``optimizer``.
 
     Example:
         >>> import torch, hardgrad as hg
         >>> model = torch.nn.Sequential(
         ...     torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
         ...     torch.nn.Linear(16, 4))
-        >>> hg.nn.quantize_(model, weight_bits=4, act_bits=8, skip=["first", "last"])
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> hg.nn.quantize_(model, weight_bits=4, act_bits=8, skip=["first", "last"],
+        ...                 optimizer=optimizer, optimizer_options={"lr": 0.01})
         Sequential(
           (0): Linear(in_features=8, out_features=16, bias=True)
           (1): ReLU()
@@ -389,6 +492,8 @@ def quantize_(
           (3): ReLU()
           (4): Linear(in_features=16, out_features=4, bias=True)
         )
+        >>> [(len(group["params"]), group["lr"]) for group in optimizer.param_groups]
+        [(6, 0.1), (2, 0.01)]
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -405,6 +510,7 @@ def quantize_(
     _check_flag(learn_scale, "learn_scale")
     _check_bits(weight_bits, "weight_bits", signed=True)
     _check_bits(act_bits, "act_bits", signed=act_signed)
+    _check_optimizer(optimizer, optimizer_options)
     layers = [(name, m) for name, m in model.named_modules() if type(m) in (nn.Linear, nn.Conv2d)]
     module_names = {name for name, _ in model.named_modules()}
     skipped: set[str] = set()
@@ -428,6 +534,7 @@ def quantize_(
         "act_signed": act_signed,
         "learn_scale": learn_scale,
     }
+    swaps = []
     for name, layer in layers:
         if any(name == s or name.startswith(s + ".") or s == "" for s in skipped):
             continue
@@ -437,6 +544,10 @@ def quantize_(
                 "Expected `model` to contain the layers to swap, but found a single "
                 f"{type(layer).__name__}: build hg.nn.{type(new).__name__} directly"
             )
+        swaps.append((name, new))
+    # The optimizer first: if it refuses the new group, the model is left as it was.
+    _hand_over_step_sizes([new for _, new in swaps], optimizer, optimizer_options)
+    for name, new in swaps:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, new)

@@ -30,8 +30,11 @@ class _StochasticUnit(SettingsInState, nn.Module):
     not part of the state: a checkpoint loads into a unit with another estimator.
 
     Under ``torch.compile`` the unit compiles once: the step is a tensor incremented in the
-    graph. A callable ``tau`` is evaluated outside the graph (one graph break per call, so
-    not with ``fullgraph=True``; a number or ``None`` compiles into one graph).
+    graph, and a number or ``None`` for ``tau`` compiles into one graph. With a callable
+    ``tau`` (a schedule) the unit draws its sample eagerly, outside the graph (one graph
+    break per call, so not with ``fullgraph=True``; the rest of the model still
+    compiles): the estimators branch on the temperature as a Python number, so a graph
+    taking it in would be recompiled for every new value, i.e. every step.
     """
 
     _steps: Tensor
@@ -74,23 +77,29 @@ class _StochasticUnit(SettingsInState, nn.Module):
         tau = self.tau(self.step) if callable(self.tau) else self.tau
         return dataclasses.replace(self.estimator, tau=check_positive(tau, "tau"))  # type: ignore[type-var]
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]
-    def _scheduled_tau(self) -> float:
-        """The schedule's temperature now, evaluated outside compiled graphs: it reads the
-        step as a number, and a float returned here enters the graph as an input (no
-        recompilation as it changes)."""
-        assert callable(self.tau)
-        return float(self.tau(self.step))
-
     def _advance(self) -> _estimators.Estimator:
-        if callable(self.tau) and torch.compiler.is_compiling():
-            tau = check_positive(self._scheduled_tau(), "tau")
-            estimator = dataclasses.replace(self.estimator, tau=tau)  # type: ignore[type-var]
-        else:
-            estimator = self.current_estimator()
+        estimator = self.current_estimator()
         if self.training:
             self._steps.add_(1)
         return estimator
+
+    def _draw(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
+        """The sample with the estimator of the current step (advancing the step)."""
+        raise NotImplementedError
+
+    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    def _draw_with_scheduled_tau(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
+        """:meth:`_draw` outside compiled graphs, for a callable ``tau``: the estimators
+        branch on the temperature as a Python number, so a graph that took it in would be
+        recompiled whenever the schedule moves it (every step, until the recompile
+        limit)."""
+        return self._draw(logits, probs)
+
+    def _sample(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
+        stochastic._one_of(logits, probs)  # before the step advances
+        if callable(self.tau) and torch.compiler.is_compiling():
+            return self._draw_with_scheduled_tau(logits, probs)
+        return self._draw(logits, probs)
 
     def _checkpoint_settings(self) -> dict[str, Any]:
         """The temperature schedule the stored step counts along (its repr; a callable
@@ -144,7 +153,9 @@ class Bernoulli(_StochasticUnit):
     def forward(self, logits: Tensor | None = None, *, probs: Tensor | None = None) -> Tensor:
         """A sample for ``logits`` (log-odds) or, keyword only, ``probs`` (probabilities in
         [0, 1]): exactly one of them, as in :func:`hardgrad.bernoulli`."""
-        stochastic._one_of(logits, probs)  # before the step advances
+        return self._sample(logits, probs)
+
+    def _draw(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
         return stochastic.bernoulli(
             logits, probs=probs, estimator=self._advance(), generator=self.generator
         )
@@ -179,7 +190,9 @@ class Categorical(_StochasticUnit):
         """A one-hot sample for ``logits`` or, keyword only, ``probs`` (category
         probabilities along ``dim``): exactly one of them, as in
         :func:`hardgrad.categorical`."""
-        stochastic._one_of(logits, probs)  # before the step advances
+        return self._sample(logits, probs)
+
+    def _draw(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
         return stochastic.categorical(
             logits, probs=probs, dim=self.dim, estimator=self._advance(), generator=self.generator
         )

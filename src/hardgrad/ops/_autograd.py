@@ -49,7 +49,7 @@ MASK_CONVERT_MIN_NUMEL = 65536
 
 def keeps_float_mask(x: Tensor) -> bool:
     """Whether a mask saved for ``x`` is 0/1 in its dtype (see :func:`saved_mask`)."""
-    return x.numel() < MASK_CONVERT_MIN_NUMEL and eager_plain(x)
+    return eager_plain(x) and x.numel() < MASK_CONVERT_MIN_NUMEL  # (no size guard in graphs)
 
 
 def saved_mask(
@@ -78,7 +78,7 @@ def float_mask(
 def masked(grad: Tensor, keep: Tensor) -> Tensor:
     """``grad`` where ``keep`` is set, 0 elsewhere (``grad * keep``: a NaN or infinite
     ``grad`` where ``keep`` is unset gives NaN)."""
-    if grad.numel() >= MASK_CONVERT_MIN_NUMEL and eager_plain(grad):
+    if eager_plain(grad) and grad.numel() >= MASK_CONVERT_MIN_NUMEL:
         return keep.to(grad.dtype).mul_(grad)
     return grad * keep
 
