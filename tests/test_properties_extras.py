@@ -184,7 +184,8 @@ STEP_LIKE = [name for name, spec in OPS.items() if spec.family in ("staircase", 
 @given(name=st.sampled_from(STEP_LIKE), data=st.data())
 def test_assert_straight_through_accepts_every_op_with_its_surrogates(name, data):
     """On drawn inputs (every dtype, any magnitude, 0-dim and empty): the op with any of its
-    surrogates passes the public helper against its plain-torch reference."""
+    surrogates passes the public helper against its plain-torch reference, or (issue 38)
+    the helper refuses inputs that check nothing, and they are seen to check nothing."""
     spec = OPS.get(name)
     surrogates = [n for n, cls in SURROGATES.items() if spec.family in cls.applies_to]
     surrogate = data.draw(st.sampled_from(surrogates), label="surrogate")
@@ -193,6 +194,18 @@ def test_assert_straight_through_accepts_every_op_with_its_surrogates(name, data
     def op(t: torch.Tensor) -> torch.Tensor:
         return spec(t, surrogate=surrogate)
 
-    hg.testing.assert_straight_through(
-        op, spec.reference, SURROGATES.default(surrogate), inputs=x, dtypes=[x.dtype]
-    )
+    instance = SURROGATES.default(surrogate)
+    try:
+        hg.testing.assert_straight_through(op, spec.reference, instance, inputs=x, dtypes=[x.dtype])
+    except AssertionError as error:
+        if "nothing is checked" not in str(error):
+            raise
+        # Empty, hard == s at every input, or s' negligible at every input (the op's
+        # gradient then rounds to zero in the dtype; 0.1 is far above every dtype's atol).
+        hard, smooth = spec.reference(x), instance.function(x)
+        vacuous = (
+            x.numel() == 0
+            or bool(((hard == smooth) | (hard.isnan() & smooth.isnan())).all())
+            or float(instance.derivative(x.double()).abs().max()) <= 0.1
+        )
+        assert vacuous, error

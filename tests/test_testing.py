@@ -115,6 +115,95 @@ def test_a_zero_or_missing_gradient_fails():
         assert_straight_through(lambda x: torch.round(x).detach(), torch.round, identity)
 
 
+class _NoGradient(torch.autograd.Function):
+    """round whose backward returns None: autograd gives the input an all-zero gradient."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.round(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> None:
+        return None
+
+
+def _no_gradient(x: torch.Tensor) -> torch.Tensor:
+    return _NoGradient.apply(x)
+
+
+def _zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(x)
+
+
+ALL_ZERO = r"zero at every input .*no gradient at all.*nothing is checked"
+
+
+@pytest.mark.parametrize(
+    ("op", "surrogate", "match"),
+    [
+        (torch.round, _zero, ALL_ZERO),  # PyTorch's own zero gradient, a surrogate with none
+        (_no_gradient, _zero, "the input gets no gradient"),  # backward returns None
+        (torch.round, lambda x: x.detach(), ALL_ZERO),  # a surrogate without grad
+        (torch.round, lambda x: x * 0, ALL_ZERO),
+        (torch.round, hg.surrogates.Sigmoid(), ALL_ZERO),  # s' ~ 0 on every input (below)
+    ],
+)
+def test_no_gradient_at_all_fails_instead_of_passing_vacuously(op, surrogate, match):
+    """Issue 38: with a surrogate whose gradient is zero on the inputs, an op with no
+    gradient at all matched it and the helper passed, having checked nothing."""
+    inputs = None
+    if isinstance(surrogate, hg.surrogates.Surrogate):  # where sigmoid' underflows to 0
+        inputs = torch.tensor([-1e300, 1e300, 2e300, -3e300], dtype=torch.float64)
+    with pytest.raises(AssertionError, match=match):
+        assert_straight_through(op, torch.round, surrogate, inputs=inputs)
+
+
+def test_an_op_whose_output_does_not_require_grad_fails():
+    for op in (lambda x: torch.round(x).detach(), lambda x: torch.round(x.detach())):
+        with pytest.raises(AssertionError, match="does not require grad"):
+            assert_straight_through(op, torch.round, _zero)
+
+
+@pytest.mark.parametrize(
+    ("hard", "surrogate", "inputs"),
+    [
+        (torch.round, identity, [-2.0, 0.0, 1.0, 3.0]),  # integers: round(x) == x
+        (torch.sign, clipped, [-2.0, 0.0, 1.0, 5.0]),  # sign == clamp(x, -1, 1) there
+        (heaviside_hard, hg.surrogates.Sigmoid(), [-1e300, 1e300]),  # saturated sigmoid
+    ],
+)
+def test_inputs_that_hit_no_kink_or_jump_fail(hard, surrogate, inputs):
+    """Issue 38: on inputs where ``hard`` equals the smooth surrogate the plain surrogate
+    passes as the op (``lambda x: x`` as a straight-through round on integers): fail."""
+    x = torch.tensor(inputs, dtype=torch.float64)
+    soft = surrogate.function if isinstance(surrogate, hg.surrogates.Surrogate) else surrogate
+    with pytest.raises(AssertionError, match=r"hit no kink or jump.*nothing is checked"):
+        assert_straight_through(soft, hard, surrogate, inputs=x)
+    # One input on a jump or kink, and the impostor is caught; the real op passes.
+    kinked = torch.cat([x, torch.tensor([0.5, 0.25, -0.75], dtype=torch.float64)])
+    with pytest.raises(AssertionError, match="forward of"):
+        assert_straight_through(soft, hard, surrogate, inputs=kinked)
+
+
+def test_the_real_ops_pass_on_inputs_with_a_kink():
+    x = torch.tensor([-2.0, 0.0, 0.5, 1.0, 3.0], dtype=torch.float64)
+    assert_straight_through(hg.round, torch.round, identity, inputs=x)
+    assert_straight_through(hg.sign, torch.sign, clipped, inputs=x)
+
+
+def test_empty_inputs_no_dtypes_and_a_zero_upstream_fail():
+    with pytest.raises(AssertionError, match="`inputs` is empty, so nothing is checked"):
+        assert_straight_through(hg.round, torch.round, identity, inputs=torch.zeros(0, 3))
+    with pytest.raises(ValueError, match=r"`dtypes`.*at least one"):
+        assert_straight_through(hg.round, torch.round, identity, dtypes=[])
+    with pytest.raises(ValueError, match=r"`grad_output`.*all zeros"):
+        assert_straight_through(hg.round, torch.round, identity, grad_output=torch.zeros(88))
+
+
 def test_wrong_dtype_or_shape_fails():
     with pytest.raises(AssertionError, match=r"dtype torch\.float32 instead of torch\.float64"):
         assert_straight_through(

@@ -99,6 +99,12 @@ def assert_straight_through(
     Straight-through ops are not ``gradcheck``-ed: their numerical derivative is 0 almost
     everywhere, which is the point of replacing it.
 
+    It never passes vacuously: it fails when ``inputs`` is empty, when ``hard`` equals the
+    surrogate's smooth function (the callable, or a :class:`~hardgrad.surrogates.Surrogate`'s
+    ``function``) at every input (the inputs hit no kink or jump, so the smooth function
+    itself would pass), and when the op's gradient is zero at every input (no gradient at
+    all, or a surrogate whose derivative vanishes on every input).
+
     Args:
         op: the op under test, a function of one tensor (bind its settings with a lambda
             or :func:`functools.partial`).
@@ -121,9 +127,12 @@ def assert_straight_through(
         atol: absolute tolerance of the backward, relative to the largest expected value.
 
     Raises:
-        AssertionError: the forward or the backward differs, with the first mismatches.
+        AssertionError: the forward or the backward differs, with the first mismatches;
+            or nothing would be checked (empty inputs, ``hard`` equal to the surrogate
+            on every input, a gradient that is zero on every input).
         TypeError: an argument has the wrong type.
-        ValueError: ``surrogate`` is a name no surrogate is registered under.
+        ValueError: ``surrogate`` is a name no surrogate is registered under, ``dtypes``
+            is empty, or ``grad_output`` is all zeros.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -156,6 +165,8 @@ def assert_straight_through(
         raise TypeError(f"Expected `inputs` to be a floating tensor, but found {_describe(inputs)}")
     if dtypes is None:
         dtypes = _FLOAT_DTYPES if inputs is None else (inputs.dtype,)
+    if len(dtypes) == 0:
+        raise ValueError("Expected `dtypes` to hold at least one dtype, but found none")
     for dtype in dtypes:
         if dtype not in _FLOAT_DTYPES:
             raise TypeError(
@@ -166,11 +177,46 @@ def assert_straight_through(
         raise TypeError(
             f"Expected `grad_output` to be a tensor, but found {_describe(grad_output)}"
         )
+    if grad_output is not None and grad_output.numel() > 0 and not bool(grad_output.any()):
+        raise ValueError(
+            "Expected `grad_output` to have a non-zero entry (with an all-zero upstream "
+            "gradient every backward is zero and nothing is checked), but found all zeros"
+        )
 
     for dtype in dtypes:
         x = default_inputs(dtype) if inputs is None else inputs.detach().to(dtype)
+        if x.numel() == 0:
+            raise AssertionError(
+                f"{_name(op)}: `inputs` is empty, so nothing is checked (pass inputs that "
+                f"hit the kinks and jumps of {_name(hard)}, or leave the default)"
+            )
         _check_forward(op, hard, x, signed_zeros)
+        _check_hard_departs(hard, surrogate, x)
         _check_backward(op, surrogate, x, grad_output, rtol, atol)
+
+
+def _check_hard_departs(
+    hard: Callable[[Tensor], Tensor], surrogate: Callable[[Tensor], Tensor] | Surrogate, x: Tensor
+) -> None:
+    """Fail when ``hard`` equals the surrogate's smooth function at every input: then the
+    plain smooth function passes forward and backward alike, and nothing is checked."""
+    soft = surrogate.function if isinstance(surrogate, Surrogate) else surrogate
+    try:
+        with torch.no_grad():
+            expected, smooth = hard(x), soft(x)
+        if not (isinstance(smooth, Tensor) and smooth.shape == expected.shape):
+            return  # reported by the backward's check of the surrogate
+        same = (expected == smooth) | (expected.isnan() & smooth.isnan())
+        agree = bool(same.all())
+    except Exception:  # a surrogate that cannot run in this dtype: nothing to compare
+        return
+    if agree:
+        raise AssertionError(
+            f"{_name(hard)} equals the surrogate {_name(soft)} at every input in {_dtype(x)}: "
+            f"the inputs hit no kink or jump of {_name(hard)}, so the surrogate itself would "
+            "pass as the op and nothing is checked (include inputs where they differ, such "
+            "as round's half-integers or sign's zero, or leave the default inputs)"
+        )
 
 
 def _check_forward(
@@ -238,6 +284,12 @@ def _check_backward(
             f"{where} is not the surrogate's gradient in {_dtype(x)} at {int((~close).sum())} "
             f"of {close.numel()} inputs (rtol={rtol:g}, atol={atol:g}; the first: "
             f"{_mismatches(x, got64, expected, ~close)})"
+        )
+    if not bool(got.any()):
+        raise AssertionError(
+            f"{where}: the gradient is zero at every input in {_dtype(x)} (no gradient at "
+            "all), and the surrogate's is zero (or below the tolerance) there too, so "
+            "nothing is checked: pick inputs where the surrogate's derivative is not zero"
         )
 
 
