@@ -80,6 +80,23 @@ def _k_hot(keys: Tensor, k: int) -> Tensor:
     return torch.zeros_like(keys).scatter(-1, index, 1.0)
 
 
+def _log1m_softmax(z: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`\alpha = \operatorname{softmax}(z)` and :math:`\log(1 - \alpha)` along the
+    last dimension (at least 2 finite entries), without forming :math:`1 - \alpha`: where
+    :math:`\alpha_i \le 1/2`, ``log1p(-alpha)``; the one entry that can exceed 1/2 (the
+    row's largest) gets :math:`\log\sum_{j \ne i} e^{z_j} - \log\sum_j e^{z_j}`, exact even
+    when :math:`\alpha_i` rounds to 1."""
+    lse = torch.logsumexp(z, -1, keepdim=True)
+    alpha = torch.exp(z - lse)
+    small = alpha <= 0.5
+    # (0 where not taken: log1p(-1) = -inf would give a NaN gradient through torch.where.)
+    below = torch.log1p(-torch.where(small, alpha, torch.zeros_like(alpha)))
+    with torch.no_grad():
+        top = torch.zeros_like(small).scatter(-1, z.argmax(-1, keepdim=True), True)
+    rest = torch.logsumexp(torch.where(top, torch.full_like(z, -torch.inf), z), -1, keepdim=True)
+    return alpha, torch.where(small, below, rest - lse)
+
+
 def relaxed_topk(keys: Tensor, k: int, *, tau: float = 1.0) -> Tensor:
     r"""Xie & Ermon's (2019, https://arxiv.org/abs/1901.10517) relaxed k-hot vector of ``keys``
     along the last dimension.
@@ -94,19 +111,47 @@ def relaxed_topk(keys: Tensor, k: int, *, tau: float = 1.0) -> Tensor:
     above the rest keeps weight in every round); as :math:`\tau \to 0`, the k-hot mask of
     the ``k`` largest keys. With Gumbel-perturbed logits as keys, a relaxed sample of a k-subset.
 
+    :math:`\log(1 - \alpha)` is computed without forming :math:`1 - \alpha` (for the
+    largest entry, :math:`\log\sum_{j\ne i} e^{w_j/\tau} - \log\sum_j e^{w_j/\tau}`),
+    so keys any distance apart are right in every dtype (with ``1 - alpha`` floored at the
+    smallest normal number, float32 picked the top key again once keys were ~90 temperatures
+    apart). In float32 for half types (rounded once at the end); infinite keys act as
+    :math:`\pm` a quarter of the dtype's maximum (as do :math:`w/\tau` beyond it).
+
+    Args:
+        keys: floating tensor with at least one entry along the last dimension.
+        k: how many rounds (items), ``0 <= k <= keys.shape[-1]``.
+        tau: temperature, > 0.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> hg.subsets.relaxed_topk(torch.tensor([3.0, 1.0, 2.0, -1.0]), 2, tau=0.1)
         tensor([9.9995e-01, 4.5421e-05, 1.0000e+00, 9.3619e-14])
     """
-    tau = check_positive(tau, "tau")
+    check_floating(keys, "keys")
+    if keys.dim() == 0 or keys.shape[-1] == 0:
+        raise ValueError(
+            "Expected `keys` to have at least one entry along the last dimension, "
+            f"but found shape {tuple(keys.shape)}"
+        )
+    k = check_int(k, "k", low=0, high=keys.shape[-1])
+    return _relaxed_topk(keys, k, check_positive(tau, "tau"))
+
+
+def _relaxed_topk(keys: Tensor, k: int, tau: float) -> Tensor:
+    """:func:`relaxed_topk` without the checks (``k`` and ``tau`` already checked)."""
     w = opmath(keys)
-    total = torch.zeros_like(w)
-    tiny = torch.finfo(w.dtype).tiny
-    for _ in range(k):
-        alpha = torch.softmax(w / tau, -1)
+    big = torch.finfo(w.dtype).max / 4
+    # 0 * w: zeros on the graph (k = 0 still has a gradient, of zeros); w clamped, so finite.
+    total = torch.zeros_like(w).add(w.clamp(-big, big), alpha=0)
+    z = (w / tau).clamp(-big, big)
+    for j in range(k):
+        if j == k - 1:  # the last round's update is never read
+            total = total + torch.softmax(z, -1)
+            break
+        alpha, log1m = _log1m_softmax(z)
         total = total + alpha
-        w = w + torch.log((1 - alpha).clamp_min(tiny))
+        z = (z + log1m / tau).clamp(-big, big)
     return total.to(keys.dtype)
 
 
@@ -246,7 +291,7 @@ def _gumbel_hard(logits: Tensor, noise: Tensor, k: int) -> Tensor:
 
 
 def _gumbel_relaxed(logits: Tensor, noise: Tensor, k: int, tau: float) -> Tensor:
-    return relaxed_topk(logits + noise, k, tau=tau)
+    return _relaxed_topk(logits + noise, k, tau)
 
 
 def _simple_hard(logits: Tensor, noise: Tensor, k: int) -> Tensor:
