@@ -82,10 +82,37 @@ def check_all_finite(x: Tensor, name: str) -> None:
         raise ValueError(f"Expected finite `{name}`, but found inf or NaN")
 
 
+def check_dense(x: Any, name: str) -> Any:
+    """``TypeError`` naming ``name`` when ``x`` is a sparse (COO, CSR, CSC, BSR, BSC) or a
+    nested (strided or jagged) tensor: hardgrad's ops, samplers and estimators compute on
+    a dense tensor's values, and would otherwise fail deep inside torch, or return a
+    silently different result (a sparse tensor's implicit zeros). Anything else, tensor or
+    not, passes unchanged (the caller's type check names a non-tensor). Called by
+    :func:`check_tensor` (so by :func:`check_floating`), the entry check of every public
+    function; two attribute reads, traceable by ``torch.compile``."""
+    if isinstance(x, Tensor) and (x.layout is not torch.strided or x.is_nested):
+        found = f"a nested tensor (layout={x.layout})" if x.is_nested else f"layout={x.layout}"
+        raise TypeError(f"Expected `{name}` to be a dense (strided) tensor, but found {found}")
+    return x
+
+
+def is_dense_floating(x: Any) -> bool:
+    """Whether ``x`` is a dense (strided, not nested) floating-point tensor: the fast test
+    of an op's entry, which calls :func:`check_floating` (which raises) only when false."""
+    return (
+        isinstance(x, Tensor)
+        and x.is_floating_point()
+        and x.layout is torch.strided
+        and not x.is_nested
+    )
+
+
 def check_tensor(x: Any, name: str) -> Tensor:
-    """``x`` must be a tensor."""
+    """``x`` must be a dense tensor (:func:`check_dense`)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"Expected `{name}` to be a torch.Tensor, but found {type(x).__name__}")
+    if x.layout is not torch.strided or x.is_nested:
+        check_dense(x, name)
     return x
 
 

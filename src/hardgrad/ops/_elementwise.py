@@ -16,7 +16,13 @@ from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._kernels import cast, constant, eager_plain, remember, storable_mask
-from .._validation import check_broadcastable_to, check_floating, check_real, fit_to
+from .._validation import (
+    check_broadcastable_to,
+    check_floating,
+    check_real,
+    fit_to,
+    is_dense_floating,
+)
 from . import _autograd
 from ._autograd import (
     HardFn,
@@ -37,7 +43,7 @@ SurrogateLike = str | _surrogates.Surrogate
 
 
 def _apply(x: Tensor, hard: HardFn, surrogate: SurrogateLike, *, family: str, op: str) -> Tensor:
-    if not (isinstance(x, Tensor) and x.is_floating_point()):
+    if not is_dense_floating(x):
         check_floating(x, "x")  # raises the TypeError naming `x`
     chosen = _surrogates.resolve(surrogate, family=family, op=op)
     return apply_surrogate(x, hard, chosen)

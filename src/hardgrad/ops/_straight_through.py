@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import surrogates as _surrogates
 from .._kernels import storable_mask, without_grad
-from .._validation import check_floating
+from .._validation import check_floating, is_dense_floating
 from ._autograd import (
     IdentityGradient,
     _is_wrapped,
@@ -189,7 +189,7 @@ class StraightThrough:
         return value
 
     def __call__(self, x: Tensor) -> Tensor:
-        if not (isinstance(x, Tensor) and x.is_floating_point()):
+        if not is_dense_floating(x):
             check_floating(x, "x")  # raises the TypeError naming `x`
         if self.soft is None and not isinstance(self.hard, Tensor) and plain_apply():
             return self._eager_identity(x)
