@@ -282,7 +282,13 @@ class _TopKMask(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (x,) = ctx.saved_tensors
-        m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
+        if torch.is_grad_enabled():
+            # create_graph: the relaxation as its own differentiable op (its backward is
+            # exact, so the VJP's derivatives are the relaxation's second derivatives);
+            # the Newton iterations themselves are not differentiated.
+            m = apply_function(_SoftTopKMask, x, ctx.k, ctx.dim, ctx.tau)
+        else:
+            m = _soft_topk(x, ctx.k, ctx.dim, ctx.tau)
         return _soft_topk_vjp(m, grad, ctx.dim, ctx.tau), None, None, None
 
 
@@ -358,7 +364,10 @@ def topk_mask(x: Tensor, k: int, *, dim: int = -1, tau: float = 1.0) -> Tensor:
     projection onto :math:`\{m \in [0, 1]^n : \sum m = k\}` (the LML layer, Amos et al.
     2019, https://arxiv.org/abs/1905.04919); :math:`\tau \to 0` approaches the hard mask.
     Biased. The gradient sums to zero along ``dim`` (the mask's total is fixed). Only ``x``
-    is saved; :math:`t` is found in backward by safeguarded Newton iterations.
+    is saved; :math:`t` is found in backward by safeguarded Newton iterations. Twice
+    differentiable: with ``create_graph=True`` the backward records the relaxation as
+    :func:`soft_topk_mask`, whose derivatives are exact, so second derivatives are the
+    relaxation's.
 
     Args:
         x: floating tensor with at least one dimension.
