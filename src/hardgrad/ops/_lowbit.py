@@ -24,6 +24,7 @@ from ._autograd import (
     forward_mode,
     records_value_natively,
 )
+from ._quantize_args import check_dense
 
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
@@ -47,6 +48,12 @@ def _ternary(w: Tensor, threshold: float, dims: tuple[int, ...] | None) -> Tenso
         count = keep.sum(**reduce, dtype=torch.float64).to(compute)
     else:
         count = keep.sum(**reduce)
+    if not eager_plain(w):
+        # Out of place under torch.compile: torch 2.11's Dynamo drops the backward of an
+        # autograd.Function whose output came from an in-place kernel (the gradient
+        # comes out as 0; torch 2.13 is fine). Inductor fuses either form alike.
+        alpha = (a * keep).sum(**reduce) / count.clamp_min(1)
+        return cast(torch.sign(wide) * keep * alpha + 0.0, w.dtype)
     alpha = a.mul_(keep).sum(**reduce) / count.clamp_min(1)
     out = torch.sign(wide).mul_(keep).mul_(alpha).add_(0.0)
     return cast(out, w.dtype)
@@ -88,6 +95,7 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
         >>> y.sum().backward(); w.grad
         tensor([1., 1., 1., 1.])
     """
+    check_dense(w, "w")
     check_floating(w, "w")
     t = check_positive(threshold, "threshold")
     dims: tuple[int, ...] | None = None
@@ -112,7 +120,7 @@ def _round_with(x: Tensor, noise: Tensor) -> Tensor:
         return cast(_round_into(wide, noise, torch.empty_like(wide)), x.dtype)
     low = torch.floor(wide)
     up = (noise < wide - low).to(noise.dtype)
-    return (low + up).to(x.dtype)
+    return cast(low + up, x.dtype)  # (not a same-dtype .to: see _ternary)
 
 
 def _round_into(wide: Tensor, noise: Tensor, out: Tensor) -> Tensor:
@@ -191,6 +199,7 @@ def stochastic_round(x: Tensor, generator: torch.Generator | None = None) -> Ten
         >>> y.sum().backward(); x.grad[:3]
         tensor([1., 1., 1.])
     """
+    check_dense(x, "x")
     check_floating(x, "x")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(

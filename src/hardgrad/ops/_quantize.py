@@ -45,6 +45,7 @@ from ._autograd import (
     masked,
     plain_apply,
 )
+from ._quantize_args import as_number, check_dense, check_finite_number
 from ._quantize_checks import _check_grid_fits, _check_in_range, _check_tensor_grid
 from ._quantize_grid import (
     _affine_partials,
@@ -757,6 +758,8 @@ def quantize(
         >>> x.grad, scale.grad
         (tensor([0., 1., 1., 0.]), tensor(-0.6000))
     """
+    if isinstance(x, Tensor) and (x.layout is not torch.strided or x.is_nested):
+        check_dense(x, "x")  # (before the keys: a nested tensor has no shape to read)
     plan_key = _plan_key(
         x, scale, zero_point, quant_min, quant_max, surrogate, grad_scale, in_range
     )
@@ -770,6 +773,8 @@ def quantize(
     if settings is not None:  # (tensor_key: scale is a tensor; quant_min, quant_max ints)
         return _apply_tensor_plan(x, scale, zero_point, quant_min, quant_max, settings)  # type: ignore[arg-type]
     check_floating(x, "x")
+    scale, zero_point = as_number(scale), as_number(zero_point)
+    quant_min, quant_max = as_number(quant_min), as_number(quant_max)
     unrounded = _check_in_range(in_range)
     chosen = _surrogates.resolve(surrogate, family="clamp", op="quantize")
     if chosen.kind not in ("identity", "indicator"):
@@ -797,9 +802,11 @@ def quantize(
     else:
         # A scale outside the compute dtype's normal range would round to 0 or inf there.
         check_normal(check_positive(scale, "scale"), "scale", dtype)
+    if not isinstance(zero_point, Tensor):
+        check_finite_number(check_real(zero_point, "zero_point"), "zero_point")
     zero_point_t = (
         None
-        if not isinstance(zero_point, Tensor) and check_real(zero_point, "zero_point") == 0
+        if not isinstance(zero_point, Tensor) and zero_point == 0
         else _qparam(zero_point, "zero_point", x, dtype)
     )
     identity = chosen.kind == "identity"
