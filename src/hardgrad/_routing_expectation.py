@@ -14,6 +14,8 @@ from torch import Tensor
 
 from ._routing_ops import (
     SparseMixer,
+    _check_dense,
+    _check_indices,
     _check_logits,
     _check_normalize,
     _resolve,
@@ -21,7 +23,7 @@ from ._routing_ops import (
     topk_route,
     unselected_gates,
 )
-from ._validation import check_all_finite, check_floating, check_int
+from ._validation import check_all_finite, check_int
 from .estimators._base import gumbel_noise
 from .estimators._score import RLOO, Exact, Reinforce
 from .stochastic import _check_generator
@@ -61,9 +63,12 @@ def enumerate_routes(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
         >>> subsets.tolist(), log_probs.exp()   # P({0,1}) = .5*.3/.5 + .3*.5/.7
         ([[0, 1], [0, 2], [1, 2]], tensor([0.5143, 0.3250, 0.1607]))
     """
-    check_floating(logits, "logits")
+    _check_dense(logits, "logits")
+    if logits.dim() == 0:
+        raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
     experts = logits.shape[-1]
     k = check_int(k, "k", low=1, high=experts)
+    check_all_finite(logits, "logits")
     subsets = _subsets(experts, k, logits.device)
     perms = torch.tensor(list(itertools.permutations(range(k))), device=logits.device)
     ordered = subsets[:, perms].reshape(-1, k)  # (M k!, k): every order of every subset
@@ -251,8 +256,17 @@ def load_balancing_loss(
         >>> hg.routing.load_balancing_loss(torch.zeros(4, 2), torch.tensor([[0], [1], [0], [1]]))
         tensor(1.)
     """
-    check_floating(logits, "logits")
-    experts = logits.shape[-1] if num_experts is None else num_experts
+    _check_dense(logits, "logits")
+    if logits.dim() == 0:
+        raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
+    experts = logits.shape[-1]
+    if num_experts is not None and check_int(num_experts, "num_experts", low=1) != experts:
+        raise ValueError(
+            f"Expected `num_experts` = logits.shape[-1] = {experts}, but found "
+            f"num_experts={num_experts}"
+        )
+    _check_indices(indices, logits.shape[:-1])
+    check_all_finite(logits, "logits")
     compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
     p = torch.softmax(logits.reshape(-1, experts).to(compute), -1)
     flat = indices.reshape(-1)

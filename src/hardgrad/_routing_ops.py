@@ -108,8 +108,40 @@ def _check_normalize(normalize: Any) -> str:
     return normalize
 
 
+def _check_dense(x: Any, name: str) -> Tensor:
+    """``x`` must be a floating tensor of the strided (dense) layout (a sparse one has
+    none of the ops used here, and would fail deep inside with torch's message)."""
+    check_floating(x, name)
+    if x.layout != torch.strided:
+        raise TypeError(
+            f"Expected `{name}` to be a dense (strided) tensor, but found layout={x.layout}"
+        )
+    return x
+
+
+def _check_indices(indices: Any, batch: torch.Size | None = None, name: str = "indices") -> Tensor:
+    """``indices`` must be a dense int64 tensor (the dtype :func:`topk_route` returns and
+    ``scatter``/``gather`` take), with the batch shape ``batch`` where given."""
+    if not isinstance(indices, Tensor):
+        raise TypeError(
+            f"Expected `{name}` to be a torch.Tensor, but found {type(indices).__name__}"
+        )
+    if indices.dtype != torch.int64:
+        raise TypeError(f"Expected `{name}` to be an int64 tensor, but found dtype={indices.dtype}")
+    if indices.layout != torch.strided:
+        raise TypeError(
+            f"Expected `{name}` to be a dense (strided) tensor, but found layout={indices.layout}"
+        )
+    if indices.dim() == 0 or (batch is not None and indices.shape[:-1] != batch):
+        raise ValueError(
+            f"Expected `{name}` of shape (*batch, k) with the logits' batch shape "
+            f"{tuple(batch or ())}, but found shape {tuple(indices.shape)}"
+        )
+    return indices
+
+
 def _check_logits(logits: Any, k: Any, dim: Any) -> tuple[int, int]:
-    check_floating(logits, "logits")
+    _check_dense(logits, "logits")
     d = check_dim(logits, dim)
     experts = logits.shape[d]
     k = check_int(k, "k", low=1)
@@ -159,6 +191,14 @@ def unselected_experts(indices: Tensor, num_experts: int) -> Tensor:
         tensor([[1, 2],
                 [0, 3]])
     """
+    _check_indices(indices)
+    check_int(num_experts, "num_experts", low=indices.shape[-1])
+    return _unselected_experts(indices, num_experts)
+
+
+def _unselected_experts(indices: Tensor, num_experts: int) -> Tensor:
+    """:func:`unselected_experts` after its checks (also inside backward, where
+    ``torch.compile`` traces in a strict mode that refuses reading ``layout``)."""
     k = indices.shape[-1]
     chosen = torch.zeros(*indices.shape[:-1], num_experts, dtype=torch.int8, device=indices.device)
     chosen = chosen.scatter(-1, indices, 1)
@@ -238,9 +278,13 @@ def unselected_gates(
         >>> logits.grad   # p_1 (e_1 - p)
         tensor([[-0.1628,  0.1848, -0.0220]])
     """
-    check_floating(logits, "logits")
+    _check_dense(logits, "logits")
+    if logits.dim() == 0:
+        raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
+    _check_indices(indices, logits.shape[:-1])
     normalize = _check_normalize(normalize)
-    rest = unselected_experts(indices, logits.shape[-1])
+    check_all_finite(logits, "logits")
+    rest = _unselected_experts(indices, logits.shape[-1])
     gates: Tensor = apply_function(_UnselectedGates, logits, indices, rest, normalize)
     return gates, rest
 
@@ -269,7 +313,7 @@ class _DenseMixer(torch.autograd.Function):
         experts = logits.shape[-1]
         rows = logits.reshape(-1, experts)
         chosen = indices.reshape(rows.shape[0], indices.shape[-1])  # (-1 fails at 0 rows)
-        rest = unselected_experts(chosen, experts)
+        rest = _unselected_experts(chosen, experts)
         tokens = torch.arange(rows.shape[0], device=rows.device).repeat_interleave(rest.shape[1])
         if tokens.numel() == 0:  # k = E, or no tokens: nothing unselected
             return grad, torch.zeros_like(logits), None, None, None
@@ -336,19 +380,32 @@ def dense_mixer(
         >>> logits.grad   # the gradient of sum_j softmax(logits)_j E_j(x)
         tensor([[-0.4387,  0.0411,  0.3976]])
     """
-    check_floating(y, "y")
-    check_floating(logits, "logits")
+    _check_dense(y, "y")
+    _check_dense(logits, "logits")
     normalize = _check_normalize(normalize)
     if not callable(unselected):
         raise TypeError(
             f"Expected `unselected` to be callable, but found {type(unselected).__name__}"
         )
+    if logits.dim() == 0:
+        raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
     batch = logits.shape[:-1]
+    _check_indices(indices)
     if indices.shape[:-1] != batch or y.shape[: len(batch)] != batch:
         raise ValueError(
             f"Expected `y` and `indices` with the batch shape of `logits` {tuple(batch)}, "
             f"but found y {tuple(y.shape)} and indices {tuple(indices.shape)}"
         )
+    check_all_finite(logits, "logits")
+    check_all_finite(y, "y")
+    return _dense_mixer(y, logits, indices, unselected, normalize)
+
+
+def _dense_mixer(
+    y: Tensor, logits: Tensor, indices: Tensor, unselected: UnselectedFn, normalize: str
+) -> Tensor:
+    """:func:`dense_mixer` after its checks (:class:`hardgrad.nn.MoE`, whose tensors are
+    its own and its logits checked by :func:`topk_route`)."""
     out: Tensor = _DenseMixer.apply(y, logits, indices, unselected, normalize)
     return out
 

@@ -74,6 +74,17 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _check_dense(x: Any, name: str) -> Tensor:
+    """``x`` must be a floating tensor of the strided (dense) layout: a sparse one has none
+    of the ops used here, and would fail deep inside with torch's message."""
+    check_floating(x, name)
+    if x.layout != torch.strided:
+        raise TypeError(
+            f"Expected `{name}` to be a dense (strided) tensor, but found layout={x.layout}"
+        )
+    return x
+
+
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(
@@ -83,7 +94,7 @@ def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
 
 
 def _check_codebook(z: Tensor, codebook: Any, d: int) -> Tensor:
-    check_floating(codebook, "codebook")
+    _check_dense(codebook, "codebook")
     if codebook.dim() != 2:
         raise ValueError(
             f"Expected `codebook` of shape (K, D), but found shape {tuple(codebook.shape)}"
@@ -385,11 +396,11 @@ def nearest_code(z: Tensor, codebook: Tensor, *, dim: int = -1, distance: str = 
         >>> hg.vq.nearest_code(torch.tensor([[0.9, 0.8], [0.1, -0.2]]), codebook)
         tensor([1, 0])
     """
-    check_floating(z, "z")
+    _check_dense(z, "z")
     d = check_dim(z, dim)
     _check_codebook(z, codebook, d)
     _check_choice(distance, "distance", DISTANCES)
-    return _nearest(z, codebook.detach(), d, distance)
+    return _nearest(z, codebook.detach(), d, distance, validate=True)
 
 
 def _nearest(z: Tensor, codebook: Tensor, d: int, distance: str, validate: bool = False) -> Tensor:
@@ -523,8 +534,8 @@ def rotation_gradient(z: Tensor, z_q: Tensor, *, dim: int = -1) -> Tensor:
         >>> z.grad.round(decimals=6)  # R^T takes e_y back to e_x; times |z_q|/|z| = 1/2
         tensor([[0.5000, 0.0000]])
     """
-    check_floating(z, "z")
-    check_floating(z_q, "z_q")
+    _check_dense(z, "z")
+    _check_dense(z_q, "z_q")
     d = check_dim(z, dim)
     if z_q.shape != z.shape or z_q.dtype != z.dtype or z_q.device != z.device:
         raise ValueError(
@@ -532,6 +543,8 @@ def rotation_gradient(z: Tensor, z_q: Tensor, *, dim: int = -1) -> Tensor:
             f"({tuple(z.shape)}, {z.dtype}, {z.device}), but found "
             f"({tuple(z_q.shape)}, {z_q.dtype}, {z_q.device})"
         )
+    check_all_finite(z, "z")
+    check_all_finite(z_q, "z_q")
     out: Tensor = apply_function(_RotationGradient, z, z_q.detach(), d - z.dim())
     return out
 
@@ -647,7 +660,7 @@ def vector_quantize(
         >>> hg.vector_quantize(z, codebook, estimator="gumbel", tau=0.1, generator=g)[1]
         tensor([0, 2])
     """
-    check_floating(z, "z")
+    _check_dense(z, "z")
     d = check_dim(z, dim)
     _check_codebook(z, codebook, d)
     _check_choice(distance, "distance", DISTANCES)
@@ -666,7 +679,9 @@ def vector_quantize(
         value = code_back(frozen.index_select(0, indices.reshape(-1)).reshape(moved_shape), d)
         if chosen == "st":
             return value_with_identity_gradient(value, z), indices
-        return rotation_gradient(z, value, dim=d), indices
+        # (z and the codebook were checked: the Function itself, not rotation_gradient)
+        rotated: Tensor = apply_function(_RotationGradient, z, value, d - z.dim())
+        return rotated, indices
     check_all_finite(z, "z")
     check_all_finite(codebook, "codebook")
     compute = _compute_dtype(z.dtype)
@@ -701,12 +716,10 @@ def codebook_usage(indices: Tensor, num_codes: int) -> tuple[Tensor, Tensor]:
         >>> hg.vq.codebook_usage(torch.tensor([0, 0, 1, 3]), 4)
         (tensor(0.7500), tensor(2.8284))
     """
-    if not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex():
-        found = indices.dtype if isinstance(indices, Tensor) else type(indices).__name__
-        raise TypeError(f"Expected `indices` to be an integer tensor, but found {found}")
     if isinstance(num_codes, bool) or not isinstance(num_codes, int) or num_codes < 1:
         raise ValueError(f"Expected `num_codes` to be an int >= 1, but found {num_codes!r}")
-    flat = indices.reshape(-1)
+    _check_indices(indices, num_codes)
+    flat = indices.reshape(-1).long()
     counts = torch.zeros(num_codes, device=indices.device).index_add_(
         0, flat, torch.ones(flat.shape, device=indices.device)
     )
@@ -802,13 +815,14 @@ def fsq(z: Tensor, levels: Any, *, dim: int = -1) -> tuple[Tensor, Tensor]:
         (tensor([30, 38]), tensor([[-1.0000,  0.0000,  0.0000],
                 [ 0.5000,  0.5000,  0.0000]]))
     """
-    check_floating(z, "z")
+    _check_dense(z, "z")
     d = check_dim(z, dim)
     lv = _check_levels(levels)
     if z.shape[d] != len(lv):
         raise ValueError(
             f"Expected z.shape[{d}] == len(levels) = {len(lv)}, but found {z.shape[d]}"
         )
+    check_all_finite(z, "z")
     return _checked_fsq(z, lv, d)
 
 
@@ -874,22 +888,34 @@ def fsq_indices_to_codes(
 def fsq_codes_to_indices(codes: Tensor, levels: Any, *, dim: int = -1) -> Tensor:
     """The indices of FSQ codes (values on the grid of :func:`fsq`), the inverse of
     :func:`fsq_indices_to_codes`."""
-    check_floating(codes, "codes")
+    _check_dense(codes, "codes")
     lv = _check_levels(levels)
     d = check_dim(codes, dim)
     if codes.shape[d] != len(lv):
         raise ValueError(
             f"Expected codes.shape[{d}] == len(levels) = {len(lv)}, but found {codes.shape[d]}"
         )
+    check_all_finite(codes, "codes")
     width = _fsq_constants(lv, torch.float64, codes.device)[3]
     digits = torch.round(codes.detach().movedim(d, -1).double() * width + width).to(torch.int64)
     return (digits * _radix(lv, codes.device)).sum(-1)
 
 
 def _check_indices(indices: Any, size: int) -> None:
-    if not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex():
+    """``indices``: a dense integer tensor (not bool) with values in ``[0, size)`` (the
+    values read while validation is on)."""
+    if (
+        not isinstance(indices, Tensor)
+        or indices.is_floating_point()
+        or indices.is_complex()
+        or indices.dtype == torch.bool
+    ):
         found = indices.dtype if isinstance(indices, Tensor) else type(indices).__name__
         raise TypeError(f"Expected `indices` to be an integer tensor, but found {found}")
+    if indices.layout != torch.strided:
+        raise TypeError(
+            f"Expected `indices` to be a dense (strided) tensor, but found layout={indices.layout}"
+        )
     if value_checks_apply(indices) and indices.numel():
         low, high = int(indices.min()), int(indices.max())
         if low < 0 or high >= size:
@@ -916,10 +942,11 @@ def lfq(z: Tensor, *, dim: int = -1, surrogate: Any = "identity") -> tuple[Tenso
         >>> z_q, indices
         (tensor([[ 1., -1.,  1.]]), tensor([5]))
     """
-    check_floating(z, "z")
+    _check_dense(z, "z")
     d = check_dim(z, dim)
     if z.shape[d] > 62:
         raise ValueError(f"Expected at most 62 channels (int64 indices), but found {z.shape[d]}")
+    check_all_finite(z, "z")
     z_q = ops.binarize(z, surrogate=surrogate)
     with torch.no_grad():
         bits = (z_q.detach().movedim(d, -1) > 0).to(torch.int64)
@@ -970,9 +997,15 @@ def lfq_entropy(z: Tensor, *, dim: int = -1, tau: float = 1.0) -> tuple[Tensor, 
         >>> round(float(per_sample), 4), round(float(codebook), 4)  # confident; 4 codes used
         (0.0002, 1.3863)
     """
-    check_floating(z, "z")
+    _check_dense(z, "z")
     d = check_dim(z, dim)
     tau = check_positive(tau, "tau")
+    check_all_finite(z, "z")
+    return _lfq_entropy(z, d, tau)
+
+
+def _lfq_entropy(z: Tensor, d: int, tau: float) -> tuple[Tensor, Tensor]:
+    """:func:`lfq_entropy` after its checks (``d`` non-negative)."""
     compute = _compute_dtype(z.dtype)
     x = _flatten(z, d).to(compute) * (4 / tau)
     log_on, log_off = torch.nn.functional.logsigmoid(x), torch.nn.functional.logsigmoid(-x)

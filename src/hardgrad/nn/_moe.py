@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from .. import routing
 from .._checkpoint import SettingsInState
 from .._kernels import eager_plain
-from .._routing_ops import _check_normalize, _resolve
-from .._validation import check_floating, check_int, check_real
+from .._routing_ops import _check_dense, _check_normalize, _dense_mixer, _resolve
+from .._validation import check_all_finite, check_int, check_real
 from ..estimators import Estimator
 
 #: Under ``torch.compile`` (or a ``torch.func`` transform) :meth:`MoE.experts_at` runs
@@ -287,12 +287,13 @@ class MoE(SettingsInState, nn.Module):
         )
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        check_floating(x, "x")
+        _check_dense(x, "x")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
                 f"Expected `x` with last dim in_features={self.in_features}, but found shape "
                 f"{tuple(x.shape)}"
             )
+        check_all_finite(x, "x")  # (the router's logits are checked by topk_route)
         batch = x.shape[:-1]
         rows = x.reshape(-1, self.in_features).to(self.w1.dtype)
         logits = self.router(rows)
@@ -318,7 +319,7 @@ class MoE(SettingsInState, nn.Module):
                 def unselected(tokens: Tensor, experts: Tensor) -> Tensor:
                     return self.expert_pairs(frozen[tokens], experts)
 
-                y = routing.dense_mixer(y, logits, indices, unselected, normalize=normalize)
+                y = _dense_mixer(y, logits, indices, unselected, normalize)
         loss = routing.load_balancing_loss(logits, indices, num_experts=self.num_experts)
         return (
             y.reshape(*batch, self.out_features).to(x.dtype),

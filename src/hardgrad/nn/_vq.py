@@ -15,8 +15,9 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._checkpoint import SettingsInState
+from .._compiler import compiler_disabled
 from .._kernels import cast, eager_plain, opmath_dtype, without_grad
-from .._validation import check_floating, check_int, check_positive, check_real
+from .._validation import check_all_finite, check_int, check_positive, check_real
 from ..estimators import Estimator
 from ..ops._straight_through import value_with_identity_gradient
 
@@ -28,7 +29,7 @@ def _distributed() -> bool:
 
 
 def _check_channels(z: Tensor, channel_dim: int, size: int, what: str) -> int:
-    check_floating(z, "z")
+    _vq._check_dense(z, "z")
     if not -z.dim() <= channel_dim < z.dim():
         raise ValueError(
             f"Expected `channel_dim` in [{-z.dim()}, {z.dim() - 1}] for a {z.dim()}-dim `z`, "
@@ -202,6 +203,17 @@ class VectorQuantize(SettingsInState, nn.Module):
         # (computing them on every forward was ~10 kernels of a VQ-VAE step's few hundred).
         self.register_buffer("batch_counts", torch.zeros(self.num_codes), persistent=False)
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The codebook drawn again as at construction, the statistics reset (for
+        deferred initialisation: ``torch.device("meta")``, ``to_empty``, then this)."""
+        self.codebook.uniform_(-1 / self.num_codes, 1 / self.num_codes)
+        if self.codebook_update != "loss":
+            self.embed_sum.copy_(self.codebook)
+        self.cluster_size.fill_(1.0)
+        self.batch_counts.zero_()
+        self._initialized = not self.kmeans_init
+
     @property
     def usage(self) -> Tensor:
         """The fraction of codes the last forward's batch used (0-d tensor; 0 before any)."""
@@ -237,8 +249,12 @@ class VectorQuantize(SettingsInState, nn.Module):
             tau=self.tau,
         )
         compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
-        if z.numel() == 0:
-            return z_q, indices, z.new_zeros((), dtype=compute)
+        if z.numel() == 0:  # sums of nothing: 0, with zero gradients of the right shapes
+            # to z and (codebook loss) the codebook, which a DDP rank with no tokens needs
+            loss = cast(z, compute).sum()
+            if self.codebook_update == "loss":
+                loss = loss + cast(F.embedding(indices.reshape(-1), codebook), compute).sum()
+            return z_q, indices, loss
         loss = self.commitment_weight * F.mse_loss(z.to(compute), z_q.detach().to(compute))
         if self.codebook_update == "loss":
             # F.embedding, not codebook[indices]: its backward is a dense scatter-add
@@ -304,7 +320,7 @@ class VectorQuantize(SettingsInState, nn.Module):
         if self.dead_code_threshold > 0:
             self._restart_dead_codes(rows)
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]  # data-dependent: outside graphs
+    @compiler_disabled  # data-dependent: outside graphs
     @torch.no_grad()
     def _restart_dead_codes(self, rows: Tensor) -> None:
         dead = self.cluster_size < self.dead_code_threshold
@@ -329,7 +345,7 @@ class VectorQuantize(SettingsInState, nn.Module):
             torch.distributed.broadcast(new, src=0)
         return new
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    @compiler_disabled
     @torch.no_grad()
     def _kmeans(self, rows: Tensor) -> None:
         rows = rows.float()
@@ -434,6 +450,7 @@ class FSQ(nn.Module):
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
+        check_all_finite(z, "z")
         return _vq._checked_fsq(z, self.levels, d)
 
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -505,7 +522,7 @@ class LFQ(nn.Module):
         compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
         if z.numel() == 0:
             return z_q, indices, z.new_zeros((), dtype=compute)
-        per_sample, codebook = _vq.lfq_entropy(z, dim=d, tau=self.tau)
+        per_sample, codebook = _vq._lfq_entropy(z, d, self.tau)  # (z checked by lfq)
         entropy = per_sample - self.diversity_gamma * codebook
         commitment = F.mse_loss(z.to(compute), z_q.detach().to(compute))
         loss = self.entropy_weight * entropy + self.commitment_weight * commitment
