@@ -181,7 +181,10 @@ def one_hot_argmax(logits: Tensor, *, dim: int = -1, tau: float = 1.0) -> Tensor
     are saved (no copy), and the softmax is recomputed in backward; on float32/float64 CPU
     tensors of at most 8,192 elements in eager mode the op is recorded with torch's own
     softmax and copy nodes instead (``grad_fn`` ``CloneBackward0``), which save the
-    softmax: the same values and gradients, with no Python in backward.
+    softmax: the same values and gradients, with no Python in backward. Logits changed in
+    place after the forward: the Function (which saves them) raises torch's in-place
+    error in backward; the native nodes, like ``torch.softmax``, give the gradient at the
+    logits they were given.
 
     Args:
         logits: floating tensor with at least one dimension.
