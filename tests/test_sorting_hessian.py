@@ -9,7 +9,7 @@ import torch
 from torch.autograd import gradgradcheck
 
 import hardgrad as hg
-from hardgrad._isotonic import PAV_MIN_LENGTH
+from hardgrad._isotonic import PAV_MIN_LENGTH, _pav_blocks
 
 LENGTHS = (2, 3, 5, 8, 16, 31, 32, 40)
 STRENGTHS = (0.02, 0.3, 1.0, 10.0)
@@ -46,11 +46,22 @@ def _hvp(f, x: torch.Tensor, c: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return h
 
 
-def _pooled(f, x: torch.Tensor) -> int:
-    """How many entries (over the rows) share their block with another: Jacobian rows
-    with more than one non-zero."""
-    jac = torch.func.vmap(torch.func.jacrev(f))(x)
-    return int(((jac.abs() > 1e-12).sum(-1) > 1).sum())
+def _pooled(name: str, regularization: str, x: torch.Tensor, strength: float) -> int:
+    """How many entries (over the rows) share their isotonic block with another, from PAV's
+    blocks of the problem each function solves (see their docstrings): ascending
+    soft_sort(x) = -s(-x) with s = rho / strength, w = (-x) sorted decreasingly; soft_rank:
+    s = x / strength sorted decreasingly, w = rho (l2) or log rho (kl)."""
+    n = x.shape[-1]
+    rho = torch.arange(n, 0, -1, dtype=x.dtype).expand_as(x)
+    if name == "soft_sort":
+        s, w = rho / strength, torch.sort(-x, -1, descending=True).values
+    else:
+        s = torch.sort(x / strength, -1, descending=True).values
+        w = rho if regularization == "l2" else rho.log()
+    starts = _pav_blocks(s.contiguous(), w.contiguous(), regularization == "kl")
+    first = starts == torch.arange(n)
+    last = torch.cat([starts[..., 1:] != starts[..., :-1], torch.ones_like(first[..., :1])], -1)
+    return int((~(first & last)).sum())
 
 
 @pytest.mark.parametrize("regularization", ["l2", "kl"])
@@ -68,7 +79,7 @@ def test_hessian_vector_products_match_finite_differences(name, regularization):
             scale = fd.abs().amax(-1, keepdim=True).clamp_min(1.0)
             err = float(((got - fd).abs() / scale).max())
             assert err < 1e-5, (name, regularization, n, strength, got, fd)
-            shared = _pooled(f, x)
+            shared = _pooled(name, regularization, x, strength)
             pooled += shared > 0
             unpooled += shared < 2 * n
         # Both pooled blocks and entries alone were exercised at this length.
