@@ -113,3 +113,16 @@ def test_inf_and_nan_are_refused_naming_the_argument_unless_validation_is_off(ca
         call(x)  # no scan: whatever the arithmetic gives
     finally:
         hg.set_validation(True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_enumerate_routes_in_half_types_is_float32_rounded_once(dtype):
+    """Before: computed in the half type (bfloat16 log-probabilities 0.067 off, against
+    0.039 for one rounding of the float32 values)."""
+    logits = (3 * torch.randn(3, 8, generator=torch.Generator().manual_seed(0))).to(dtype)
+    subsets, log_probs = R.enumerate_routes(logits, 2)
+    same, wide = R.enumerate_routes(logits.float(), 2)
+    assert torch.equal(subsets, same) and log_probs.dtype == dtype
+    assert torch.equal(log_probs, wide.to(dtype))
+    exact = R.expectation(lambda g, i: g.sum(-1), logits, 2, estimator="exact")
+    assert exact.dtype == dtype and torch.isfinite(exact).all()

@@ -55,7 +55,8 @@ def enumerate_routes(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     the probability that k draws without replacement from :math:`p` (Plackett-Luce; equal
     to the top-k of :math:`\theta + G` with i.i.d. Gumbel :math:`G`) give the set
     :math:`S` in any order. Computed in log space (each denominator a ``logsumexp`` over
-    the experts not yet drawn); the probabilities sum to 1.
+    the experts not yet drawn), in float32 (float64 for float64 logits) and rounded once
+    to the logits' dtype; the probabilities sum to 1.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -69,6 +70,15 @@ def enumerate_routes(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     experts = logits.shape[-1]
     k = check_int(k, "k", low=1, high=experts)
     check_all_finite(logits, "logits")
+    subsets, log_probs = _enumerate_routes(logits, k)
+    return subsets, log_probs.to(logits.dtype)
+
+
+def _enumerate_routes(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """:func:`enumerate_routes` after its checks, the log-probabilities in float32
+    (float64 for float64 logits), not rounded to a half type."""
+    experts = logits.shape[-1]
+    logits = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
     subsets = _subsets(experts, k, logits.device)
     perms = torch.tensor(list(itertools.permutations(range(k))), device=logits.device)
     ordered = subsets[:, perms].reshape(-1, k)  # (M k!, k): every order of every subset
@@ -182,7 +192,7 @@ def expectation(
                 "Expected `num_samples`=None for the exact estimator, which evaluates f on "
                 f"every subset, but found num_samples={num_samples!r}"
             )
-        subsets, log_probs = enumerate_routes(logits, k)
+        subsets, log_probs = _enumerate_routes(logits, k)  # (float32 for half logits)
         count = subsets.shape[0]
         limit = estimator.max_configurations if isinstance(estimator, Exact) else 2**16
         if count > limit:
@@ -192,7 +202,8 @@ def expectation(
         indices = subsets.reshape(count, *([1] * len(batch)), k).expand(count, *batch, k)
         gates = _weights(logits.expand(count, *logits.shape), indices, normalize)
         values = _check_values(f(gates, indices), count, batch)
-        return (log_probs.exp() * values).sum(0)
+        out = (log_probs.exp() * values.to(log_probs.dtype)).sum(0)
+        return out.to(torch.promote_types(logits.dtype, values.dtype))  # (rounded once)
     score = name in ("reinforce", "rloo") or isinstance(estimator, (Reinforce, RLOO))
     loo = name == "rloo" or isinstance(estimator, RLOO)
     if isinstance(estimator, Reinforce) and estimator.baseline is not None:
@@ -249,7 +260,9 @@ def load_balancing_loss(
     over the ``N`` tokens (rows of ``logits`` ``(..., E)``), ``p = softmax(logits)``; the
     fractions :math:`f_j` count every (token, slot) assignment (for top-1 exactly the
     paper's). Gradient through :math:`P` only. Equals 1 for uniform routing; minimised by
-    balanced loads.
+    balanced loads; 0 for an empty batch. ``indices`` are int64 ``(..., k)`` with the
+    logits' batch shape; ``num_experts``, if given, must equal E. Computed in float32
+    (float64 for float64 logits), rounded once to the logits' dtype.
 
     Example:
         >>> import torch, hardgrad as hg

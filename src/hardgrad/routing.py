@@ -43,6 +43,11 @@ The score-function estimators (``"reinforce"``, ``"rloo"``) and exact enumeratio
 every other estimator's gradient for the same objective, so that
 :func:`hardgrad.diagnostics.compare` can measure them all against the exact gradient
 (``dist=hg.routing.TopK(k)``).
+
+Every function refuses, naming the argument, integer or sparse logits (``TypeError``),
+indices that are not dense int64 (``TypeError``) and, while validation is on
+(:func:`hardgrad.set_validation`), inf or NaN logits (``ValueError``). An empty batch
+(no tokens) gives empty results and zero gradients.
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ the encoder output ``z`` chosen by ``estimator``. The codebook never gets a grad
 through ``z_q``: it learns through its own loss (``||sg[z] - z_q||^2``) or an exponential
 moving average, as :class:`hardgrad.nn.VectorQuantize` does. :func:`fsq` and :func:`lfq`
 quantize without a learned codebook; :func:`codebook_usage` gives the usual health metrics.
+
+Every function takes dense (strided) floating tensors and refuses, naming the argument,
+integer or sparse ones (``TypeError``) and, while validation is on
+(:func:`hardgrad.set_validation`), inf or NaN values (``ValueError``). Empty batches give
+empty results (and zero gradients). Half-precision inputs are computed in float32 inside
+(distances, the rotation, FSQ's bounding, LFQ's entropies), and results of the input's
+dtype rounded once.
 """
 
 from __future__ import annotations
@@ -636,7 +643,7 @@ def vector_quantize(
         without ``dim``.
 
     Raises:
-        TypeError: ``z`` or ``codebook`` not floating, or of different dtypes.
+        TypeError: ``z`` or ``codebook`` not floating or not dense, or of different dtypes.
         ValueError: bad ``dim``; ``codebook`` not (K, D) with D matching ``z``, K < 2;
             unknown ``estimator`` or ``distance``; ``tau <= 0``; while validation is on,
             inf or NaN in ``z`` or ``codebook``.
