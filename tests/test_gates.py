@@ -109,6 +109,19 @@ def test_bad_input():
         hg.nn.HardConcreteGate(3)(torch.zeros(2, 4))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_non_float_input_is_refused_naming_the_argument(dtype, training):
+    """Before: an int64 input came back as truncated integers (0 or the value), a bool
+    input as bools, with no error."""
+    gate = hg.nn.HardConcreteGate(4).train(training)
+    with pytest.raises(TypeError, match=rf"`x`.*floating-point.*{dtype}"):
+        gate(torch.ones(2, 4, dtype=dtype))
+    for function in (hg.hard_concrete, hard_concrete_mean, expected_l0):
+        with pytest.raises(TypeError, match="`log_alpha`"):
+            function(torch.ones(4, dtype=dtype))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 def test_eager_sample_and_penalty_are_the_formula_bit_for_bit(dtype):
     """The eager sample (cached 0-d constants, the uniform draw inlined) computes exactly

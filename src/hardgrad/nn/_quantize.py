@@ -5,6 +5,7 @@ https://arxiv.org/abs/1902.08153.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..ops._autograd import apply_function, cached_signature, forward_mode
 from ..ops._quantize import quantize_step_size
 from ..ops._quantize_checks import _check_in_range
 from ._hard import SurrogateLike
+from ._quantize_init import channel_rows, fill_uninformative, gradient_scale
 
 
 def _compute_step_bounds(
@@ -282,6 +284,11 @@ class Quantize(SettingsInState, nn.Module):
         :math:`s = 2\,\overline{|x|}/\sqrt{q_+}` (per channel along ``per_channel_dim``),
         averaged across ranks under ``torch.distributed``. Returns the module.
 
+        Channels of ``x`` that are all zero take the mean scale of the others. An ``x``
+        that is all zero carries no step size: the scale is left as it is (with a
+        warning), and an uninitialised module is then set by its first batch with a
+        non-zero value.
+
         Example:
             >>> import torch, hardgrad as hg
             >>> layer = torch.nn.Linear(4, 2)
@@ -292,7 +299,14 @@ class Quantize(SettingsInState, nn.Module):
         check_floating(x, "x")
         if x.numel() == 0:
             raise ValueError("Expected a non-empty `x` to set the scale from, but found 0 elements")
-        self._initialize(x)
+        if not self._initialize(x):
+            warnings.warn(
+                "Quantize.init_from(x): `x` is all zeros, which gives no step size; the scale "
+                f"is left as it is ({'initialised' if self._initialized else 'uninitialised'}: "
+                "an uninitialised Quantize takes it from its first batch with a non-zero value)",
+                UserWarning,
+                stacklevel=2,
+            )
         return self
 
     def _channel_dim(self, x: Tensor) -> int:
@@ -317,12 +331,13 @@ class Quantize(SettingsInState, nn.Module):
 
     @torch.compiler.disable  # type: ignore[untyped-decorator]  # data-dependent: outside graphs
     @torch.no_grad()
-    def _initialize(self, x: Tensor) -> None:
+    def _initialize(self, x: Tensor) -> bool:
+        """Set the scale from ``x``; ``False`` (scale unchanged) for all-zero data."""
         if self.per_channel_dim is None:
-            rows = x.detach().reshape(1, -1)
+            rows = channel_rows(x, None)  # (under torch.vmap: the whole batch)
         else:
             dim = self._channel_dim(x)
-            rows = x.detach().transpose(0, dim).reshape(x.shape[dim], -1)
+            rows = channel_rows(x, dim)
         finite_batch = bool(torch.isfinite(rows).all())
         mean = rows.abs().to(self.scale.dtype).mean(1)
         if finite_batch and not bool(torch.isfinite(mean).all()):
@@ -344,14 +359,32 @@ class Quantize(SettingsInState, nn.Module):
             raise ValueError(
                 "Expected a finite first batch `x` to initialise `scale`, but found inf or NaN"
             )
+        filled = fill_uninformative(scale)  # all-zero channels: the others' mean scale
+        if filled is None:  # all zeros: no step size to learn from; wait for data
+            return False
         _, high = self._step_bounds(x.dtype)
-        self._set_scale(scale.clamp(torch.finfo(self.scale.dtype).eps, high))
+        with torch.inference_mode(False):  # an ordinary tensor, under inference_mode too
+            scale = filled.clamp(torch.finfo(self.scale.dtype).eps, high)
+        self._set_scale(scale)
+        return True
 
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
         if not self._initialized and x.numel() > 0:
+            if torch.compiler.is_exporting():
+                raise RuntimeError(
+                    "Expected Quantize's scale to be initialised before torch.export (the "
+                    "first batch sets it from its values, which tracing does not have), but "
+                    "found it uninitialised: run one batch through the model eagerly first, "
+                    "or pass init_scale= or call init_from()"
+                )
             self._initialize(x)
         scale = self.scale  # made positive and bounded inside the quantizer (step_size)
+        if not self._initialized and self.per_channel_dim is not None and self.scale.numel() == 1:
+            # A placeholder that the first informative batch widens to one scale per
+            # channel: no gradient (nor optimizer state) of its shape (an empty or
+            # all-zero batch, whose gradient for the scale is zero anyway).
+            scale = scale.detach()
         per_scale = x.numel()
         if self.per_channel_dim is not None:
             dim = self._channel_dim(x)
@@ -359,8 +392,8 @@ class Quantize(SettingsInState, nn.Module):
             shape[dim] = -1
             scale = scale.view(shape)
             if self.grad_scale_elements == "per_scale":
-                per_scale = max(per_scale // max(x.shape[dim], 1), 1)
-        grad_scale = 1.0 / math.sqrt(max(per_scale, 1) * self.quant_max)
+                per_scale = per_scale // max(x.shape[dim], 1)
+        grad_scale = gradient_scale(per_scale, self.quant_max)  # symbolic under export
         # The step size is bounded to a valid scale for x's dtype: no value checks needed.
         return quantize_step_size(
             x,
