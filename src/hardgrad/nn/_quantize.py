@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from .. import surrogates as _surrogates
 from .._checkpoint import SettingsInState
+from .._compiler import compiler_disabled
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature, forward_mode
@@ -329,7 +330,7 @@ class Quantize(SettingsInState, nn.Module):
         low, high = self._step_bounds(dtype)
         return apply_function(_StepSize, self.scale, low, high)
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]  # data-dependent: outside graphs
+    @compiler_disabled  # data-dependent: outside graphs
     @torch.no_grad()
     def _initialize(self, x: Tensor) -> bool:
         """Set the scale from ``x``; ``False`` (scale unchanged) for all-zero data."""

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from .. import estimators as _estimators
 from .. import stochastic
 from .._checkpoint import SettingsInState
+from .._compiler import compiler_disabled
 from .._validation import check_int, check_positive
 from ._anneal import Anneal
 
@@ -87,7 +88,7 @@ class _StochasticUnit(SettingsInState, nn.Module):
         """The sample with the estimator of the current step (advancing the step)."""
         raise NotImplementedError
 
-    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    @compiler_disabled
     def _draw_with_scheduled_tau(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
         """:meth:`_draw` outside compiled graphs, for a callable ``tau``: the estimators
         branch on the temperature as a Python number, so a graph that took it in would be
