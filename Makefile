@@ -34,12 +34,12 @@ $(TORCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(TORCH_VENV)
 	echo "torch==$(TORCH)" > $(TORCH_VENV)/constraints.txt
 	$(TORCH_VENV)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
-	$(TORCH_VENV)/bin/python -m pip install $(PIP_FLAGS) -c $(TORCH_VENV)/constraints.txt "torch==$(TORCH)" -e ".[dev]"
+	$(TORCH_VENV)/bin/python -m pip install $(PIP_FLAGS) -c $(TORCH_VENV)/constraints.txt "torch==$(TORCH)" -e ".[dev,bench]"
 	$(TORCH_VENV)/bin/python -c "import torch; assert torch.__version__.split('+')[0] == '$(TORCH)', torch.__version__"
 	touch $(TORCH_STAMP)
 
 test-torch: $(TORCH_STAMP)
-	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" tests src/hardgrad
+	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 ## The main job: the benchmark suite in its quick setting.
 bench: $(STAMP)

@@ -728,11 +728,14 @@ def quantize(
     non-integral (learned) one moves the clamping range while the grid stays :math:`s\mathbb Z`.
 
     Args:
-        x: floating-point tensor.
-        scale: positive number, or positive floating tensor broadcastable to ``x``; a
+        x: floating-point tensor, dense (sparse and nested tensors raise ``TypeError``);
+            on the meta device shapes and dtypes propagate and no value is checked.
+        scale: positive number (Python or NumPy, a 0-d array included), or positive
+            floating tensor broadcastable to ``x``; a
             normal number of the dtype ``x`` is quantized in (float32 for float32 and half
             inputs, float64 for float64), so that :math:`1/s` and :math:`x/s` are finite.
-        zero_point: number or tensor broadcastable to ``x``.
+        zero_point: finite number or tensor broadcastable to ``x`` (a tensor's values
+            are checked while validation is on).
         quant_min, quant_max: integer range, ``quant_min < quant_max``, each within
             :math:`\pm 2^{24}` (:math:`\pm 2^{53}` for float64 inputs), so that every level
             is exact in the dtype ``x`` is quantized in.
