@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -14,6 +15,8 @@ from hardgrad.bench import TASKS
 from hardgrad.bench.cli import main
 from hardgrad.ops import OPS
 from hardgrad.surrogates import SURROGATES
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_list_names_every_op_surrogate_and_task(capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,3 +198,69 @@ def test_audit_reports_sys_exit_as_python_does(
     )
     assert done.returncode == code
     assert done.stderr.strip() == (message or "")
+
+
+# --------------------------------------------------------------------------------------
+# Issue 38: a missing [bench] extra is a usage error with the install line.
+# --------------------------------------------------------------------------------------
+
+INSTALL = 'pip install "hardgrad[bench]"'
+
+
+@pytest.mark.parametrize(
+    ("blocked", "argv", "package"),
+    [
+        (("matplotlib", "matplotlib.pyplot"), ["plot", "--draws", "2"], "matplotlib"),
+        (("sklearn", "sklearn.datasets"), ["bench", "l0", "--quick"], "scikit-learn"),
+    ],
+)
+def test_a_missing_bench_extra_exits_2_with_the_install_line(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    blocked: tuple[str, ...],
+    argv: list[str],
+    package: str,
+) -> None:
+    """matplotlib or scikit-learn not installed (``None`` in sys.modules makes the import
+    fail as for a missing package): an ImportError traceback before (exit 1 for plot)."""
+    for name in blocked:
+        monkeypatch.setitem(sys.modules, name, None)
+    if argv[0] == "plot":
+        argv = [*argv, "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert f"hardgrad {argv[0]}: error:" in err and package in err and INSTALL in err, err
+
+
+def test_an_unrelated_import_error_is_not_blamed_on_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ImportError("cannot import name 'x' from 'somewhere'", name="somewhere")
+
+    monkeypatch.setattr("hardgrad.bench.run_tasks", broken)
+    with pytest.raises(ImportError, match="somewhere"):
+        main(["bench", "toy", "--quick"])
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: seconds
+def test_a_missing_bench_extra_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """``python -m hardgrad bench l0`` with scikit-learn made unimportable: one line on
+    stderr with the install command, exit status 2, no traceback."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['sklearn'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(ROOT / "src")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "hardgrad", "bench", "l0", "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert INSTALL in done.stderr and "scikit-learn" in done.stderr, done.stderr

@@ -15,6 +15,44 @@ import os
 import torch
 from torch import Tensor
 
+#: The variables ``torchrun`` sets that the benchmarks read, with their least valid value.
+ENVIRONMENT = {"WORLD_SIZE": 1, "RANK": 0, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 1}
+
+
+def env_int(name: str, default: int) -> int:
+    """The integer in the environment variable ``name`` (``default`` when unset).
+
+    Raises:
+        ValueError: it is set to something other than an integer of at least the variable's
+            least valid value (:data:`ENVIRONMENT`), naming the variable and the value.
+    """
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    low = ENVIRONMENT.get(name, 0)
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        raise ValueError(
+            f"Expected the environment variable {name} to be an integer >= {low} (as "
+            f"torchrun sets it), but found {text!r}"
+        )
+    return value
+
+
+def check_environment() -> None:
+    """Every variable of :data:`ENVIRONMENT` that is set is valid, and ``RANK`` is below
+    ``WORLD_SIZE`` when both are set (a ``ValueError`` naming them otherwise)."""
+    values = {name: env_int(name, low) for name, low in ENVIRONMENT.items()}
+    both = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if both and values["RANK"] >= values["WORLD_SIZE"]:
+        raise ValueError(
+            f"Expected the environment variable RANK to be below WORLD_SIZE "
+            f"({values['WORLD_SIZE']}), but found {values['RANK']}"
+        )
+
 
 def _dist() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -28,7 +66,7 @@ def setup(device: str = "cpu") -> bool:
     dist = torch.distributed
     if not dist.is_available():
         return False
-    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if not dist.is_initialized() and env_int("WORLD_SIZE", 1) > 1:
         backend = "nccl" if device.startswith("cuda") else "gloo"
         if backend == "nccl":  # one GPU per rank on a node, as torchrun numbers them
             torch.cuda.set_device(local_device(device))
@@ -40,7 +78,7 @@ def local_device(device: str) -> str:
     """This rank's device: ``cuda`` becomes ``cuda:LOCAL_RANK`` under ``torchrun`` (one GPU
     per process on a node); an explicit index and every other device are kept."""
     if device == "cuda" and "LOCAL_RANK" in os.environ:
-        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        return f"cuda:{env_int('LOCAL_RANK', 0)}"
     return device
 
 

@@ -185,7 +185,7 @@ def _check_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import TASKS, BenchSettings, run_tasks
+    from . import TASKS, BenchSettings, _distributed, run_tasks
     from .report import print_result
 
     bench_parser: argparse.ArgumentParser = args.bench_parser
@@ -199,8 +199,17 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _check_seed(bench_parser, args.seed)
     if args.out is not None:
         _check_out_folder(bench_parser, "--out", args.out)
-    if args.data is not None and not args.data.is_dir():
-        bench_parser.error(f"--data {str(args.data)!r}: expected a folder of IDX files")
+    if args.data is not None:
+        from .data import check_idx_folder
+
+        try:
+            check_idx_folder(args.data)
+        except (OSError, ValueError) as error:
+            bench_parser.error(f"--data {str(args.data)!r}: {error}")
+    try:
+        _distributed.check_environment()
+    except ValueError as error:
+        bench_parser.error(str(error))
     if args.threads is not None and args.threads < 1:
         bench_parser.error(f"--threads must be >= 1, but found {args.threads}")
     settings_kwargs: dict[str, Any] = {
@@ -216,7 +225,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # Dedupe, keep the order given.
     names = list(dict.fromkeys(args.tasks))
     run_tasks(names, settings, on_result=print_result)
-    if settings.out is not None and int(os.environ.get("RANK", "0")) == 0:  # rank 0 writes
+    if settings.out is not None and _distributed.env_int("RANK", 0) == 0:  # rank 0 writes
         print(
             f"\nWrote {settings.out / 'results.json'} and {settings.out / 'report.md'}",
             file=sys.stderr,
@@ -278,14 +287,8 @@ def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     _check_out_folder(plot_parser, "--out", args.out)
     _check_seed(plot_parser, args.seed)
-    try:
-        from .plots import plot_all
-    except ImportError as error:  # pragma: no cover - matplotlib missing
-        print(
-            f"hardgrad plot needs matplotlib (pip install hardgrad[bench]): {error}",
-            file=sys.stderr,
-        )
-        return 1
+    from .plots import plot_all  # matplotlib is imported when needed (see main)
+
     for path in plot_all(args.out, draws=args.draws, seed=args.seed):
         print(path)
     return 0
@@ -400,11 +403,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The packages of the ``[bench]`` extra (import name -> distribution name).
+BENCH_EXTRA = {
+    "matplotlib": "matplotlib",
+    "sklearn": "scikit-learn",
+    "rich": "rich",
+    "numpy": "numpy",
+    "scipy": "scipy",
+}
+INSTALL_BENCH = 'pip install "hardgrad[bench]"'
+
+
+def _missing_extra(error: BaseException) -> str | None:
+    """The ``[bench]`` package whose absence caused ``error`` (an ImportError, or one in
+    its causes), or ``None`` when the cause is something else."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = getattr(current, "name", None)
+        if isinstance(current, ImportError) and name:
+            top = name.split(".")[0]
+            if top in BENCH_EXTRA:
+                return BENCH_EXTRA[top]
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
+    command = "hardgrad"
     try:
         args = parser.parse_args(argv)
+        command = f"hardgrad {args.command}"
         return int(args.handler(args, parser))
     except SystemExit as exit_:  # argparse errors (2), --help and --version (0)
         code = exit_.code
@@ -412,6 +444,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ImportError as error:  # a package of the [bench] extra is not installed
+        missing = _missing_extra(error)
+        if missing is None:
+            raise
+        print(
+            f"{command}: error: this needs {missing}, from the [bench] extra, which is not "
+            f"installed: {INSTALL_BENCH}",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:  # e.g. `hardgrad list | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

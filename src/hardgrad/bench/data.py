@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,42 +71,129 @@ class Dataset:
         )
 
 
-def read_idx(path: str | Path) -> Tensor:
-    """The array in an IDX file (``.gz`` read transparently), as a tensor.
-
-    Raises:
-        ValueError: the file is not IDX (bad magic number, unknown type, wrong length).
-    """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        raw = handle.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+def _header(head: bytes, path: Path) -> tuple[int, tuple[int, ...], int]:
+    """From the first bytes of an IDX file: its type code, shape and header length."""
+    if len(head) < 4 or head[0] != 0 or head[1] != 0:
         raise ValueError(
-            f"Expected an IDX file (magic 0x0000TTDD) at {path}, but found {raw[:4]!r}"
+            f"Expected an IDX file (magic 0x0000TTDD) at {path}, but found {head[:4]!r}"
         )
-    code, ndim = raw[2], raw[3]
+    code, ndim = head[2], head[3]
     if code not in IDX_TYPES:
         raise ValueError(
             f"Expected an IDX type code in {sorted(IDX_TYPES)}, but found {code:#x} in {path}"
         )
-    dtype, size, char = IDX_TYPES[code]
-    header = 4 + 4 * ndim
-    shape = struct.unpack(f">{ndim}I", raw[4:header])
+    length = 4 + 4 * ndim
+    if len(head) < length:
+        raise ValueError(
+            f"Expected a {length}-byte IDX header for {ndim} dimensions in {path}, but the "
+            f"file ends after {len(head)} bytes"
+        )
+    return code, struct.unpack(f">{ndim}I", head[4:length]), length
+
+
+def _data_bytes(code: int, shape: tuple[int, ...]) -> int:
     count = 1
     for n in shape:
         count *= n
-    if len(raw) - header != count * size:
+    return count * IDX_TYPES[code][1]
+
+
+def _read(path: Path, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (``.gz`` decompressed), a truncated or corrupt gzip stream
+    reported as a ``ValueError`` naming the file."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            return handle.read(limit)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ValueError(f"Expected a gzip-compressed IDX file at {path}: {error}") from None
+
+
+def read_idx(path: str | Path) -> Tensor:
+    """The array in an IDX file (``.gz`` read transparently), as a tensor.
+
+    Raises:
+        ValueError: the file is not IDX (bad magic number, unknown type, short header,
+            wrong length) or not valid gzip.
+    """
+    path = Path(path)
+    raw = _read(path)
+    code, shape, header = _header(raw[:1024], path)
+    dtype, size, char = IDX_TYPES[code]
+    expected = _data_bytes(code, shape)
+    if len(raw) - header != expected:
         raise ValueError(
-            f"Expected {count * size} data bytes for shape {shape} in {path}, "
+            f"Expected {expected} data bytes for shape {shape} in {path}, "
             f"but found {len(raw) - header}"
         )
+    count = expected // size
     values = struct.unpack(f">{count}{char}", raw[header:]) if size > 1 else raw[header:]
     if size == 1:
         data = torch.frombuffer(bytearray(values), dtype=dtype)
     else:
         data = torch.tensor(values, dtype=dtype)
     return data.reshape(shape)
+
+
+def _idx_shape(path: Path) -> tuple[int, ...]:
+    """The shape in an IDX file's header, with the file's length checked against it,
+    without reading the data into memory (a ``.gz`` is decompressed in chunks)."""
+    head = _read(path, 1024)
+    code, shape, header = _header(head, path)
+    if path.suffix == ".gz":
+        total = 0
+        try:
+            with gzip.open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    total += len(chunk)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise ValueError(f"Expected a gzip-compressed IDX file at {path}: {error}") from None
+    else:
+        total = path.stat().st_size
+    expected = _data_bytes(code, shape)
+    if total - header != expected:
+        raise ValueError(
+            f"Expected {expected} data bytes for shape {shape} in {path}, "
+            f"but found {total - header} (a truncated or corrupt file?)"
+        )
+    return shape
+
+
+def check_idx_folder(folder: str | Path) -> None:
+    """Check what :func:`load_idx_folder` needs without loading it: the four files there,
+    valid IDX headers and lengths, 3-d images, 1-d labels, as many labels as images.
+
+    Raises:
+        FileNotFoundError: ``folder`` is not a folder, or a file is missing.
+        ValueError: a file is not a valid IDX file of the expected shape.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise FileNotFoundError(f"Expected a folder of IDX files, but {folder} {what}")
+    shapes = {key: _idx_shape(_find(folder, stem)) for key, stem in MNIST_FILES.items()}
+    for split in ("train", "test"):
+        images, labels = shapes[f"{split}_images"], shapes[f"{split}_labels"]
+        if len(images) != 3:
+            raise ValueError(
+                f"Expected 3-d image arrays in {MNIST_FILES[f'{split}_images']}, but found "
+                f"shape {images}"
+            )
+        if len(labels) != 1:
+            raise ValueError(
+                f"Expected 1-d labels in {MNIST_FILES[f'{split}_labels']}, but found shape {labels}"
+            )
+        if images[0] != labels[0]:
+            raise ValueError(
+                f"Expected as many {split} labels as images, but found {labels[0]} and {images[0]}"
+            )
+        if images[0] == 0:
+            raise ValueError(f"Expected {split} images, but found none")
+    if shapes["train_images"][1:] != shapes["test_images"][1:]:
+        raise ValueError(
+            f"Expected train and test images of one size, but found "
+            f"{shapes['train_images'][1:]} and {shapes['test_images'][1:]}"
+        )
 
 
 def write_idx(path: str | Path, array: Tensor) -> None:
@@ -137,7 +225,8 @@ def _find(folder: Path, stem: str) -> Path:
 
 
 def load_idx_folder(folder: str | Path) -> Dataset:
-    """MNIST-format IDX files from ``folder`` (see :data:`MNIST_FILES`)."""
+    """MNIST-format IDX files from ``folder`` (see :data:`MNIST_FILES`; the command line
+    checks them first with :func:`check_idx_folder`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"Expected a folder of IDX files for --data, but found {folder}")
