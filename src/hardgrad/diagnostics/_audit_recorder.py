@@ -178,9 +178,7 @@ class Recorder:
         self.last_sample: FrameType | None = None
         self._inside_hardgrad: dict[CodeType, bool] = {}
         self._order = 0
-        #: The thread that opened the audit: the module and optimizer hooks are global, so
-        #: calls from other threads reach them too and are left out (the function mode is
-        #: per thread already).
+        #: The opening thread: the global module/optimizer hooks skip other threads' calls.
         self.thread = threading.get_ident()
 
     def _next(self) -> int:
@@ -470,10 +468,9 @@ class Recorder:
             leaf.state = grad_state(leaf.tensor)
 
     def read_grads(self) -> None:
-        """Called inside the watcher (where ``.grad`` costs no dispatch) before a backward:
-        what each open tensor's ``.grad`` is now, so that only a change made by this
-        backward counts (not an ``optimizer.zero_grad(set_to_none=False)`` between the
-        backwards of an accumulated step, which zeroes the gradients in place)."""
+        """Before a backward (inside the watcher: ``.grad`` costs no dispatch): each open
+        tensor's ``.grad`` now, so only this backward's change counts (not an in-place
+        ``zero_grad(set_to_none=False)`` between the backwards of an accumulated step)."""
         for leaf in self.open.values():
             leaf.state = grad_state(leaf.tensor)
 
