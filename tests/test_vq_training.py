@@ -117,3 +117,16 @@ def test_training_steps_with_restarts_firing(estimator, codebook_update, dtype):
             codebook_grad = torch.zeros(k, width, dtype=torch.float64).index_add_(0, idx, rows)
             torch.testing.assert_close(vq.codebook.grad.double(), codebook_grad, rtol=tol, atol=tol)
         opt.step()
+
+
+def test_float64_restarts_and_kmeans_seeds_are_batch_vectors_exactly():
+    """Before: both went through float32 (a float64 codebook got rounded batch vectors)."""
+    z = torch.randn(16, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z = z + 1e-9  # not representable in float32
+    seeded = hg.nn.VectorQuantize(4, 2, kmeans_init=True, kmeans_iters=0).double()
+    seeded(z)  # k-means++ seeding only: every code is a batch vector
+    restarted = hg.nn.VectorQuantize(4, 2, dead_code_threshold=5.0).double()
+    restarted(z + 100.0)  # every code dead: each restarted on a batch vector
+    for vq, batch in ((seeded, z), (restarted, z + 100.0)):
+        on_batch = (vq.codebook.detach()[:, None] == batch[None]).all(-1).any(-1)
+        assert bool(on_batch.all())

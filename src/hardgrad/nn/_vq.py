@@ -348,7 +348,7 @@ class VectorQuantize(SettingsInState, nn.Module):
     @compiler_disabled
     @torch.no_grad()
     def _kmeans(self, rows: Tensor) -> None:
-        rows = rows.float()
+        rows = rows.double() if self.codebook.dtype == torch.float64 else rows.float()
         centers = self._kmeans_plus_plus(rows)
         for _ in range(self.kmeans_iters):
             assign = _vq._nearest_rows(rows, centers, "l2")
