@@ -18,6 +18,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""\
@@ -82,6 +84,7 @@ SCRIPT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and every module: seconds
 def test_importing_hardgrad_and_every_public_submodule_changes_no_global_state() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("PYTHONWARNINGS", None)
