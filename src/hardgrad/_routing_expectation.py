@@ -19,9 +19,9 @@ from ._routing_ops import (
     _check_logits,
     _check_normalize,
     _resolve,
+    _unselected_gates,
     _weights,
     topk_route,
-    unselected_gates,
 )
 from ._validation import check_all_finite, check_int
 from .estimators._base import gumbel_noise
@@ -237,7 +237,7 @@ def expectation(
         generator=generator,
     )
     if chosen == "dense" and k < logits.shape[-1]:
-        extra, rest = unselected_gates(stacked, indices, normalize=normalize)
+        extra, rest = _unselected_gates(stacked, indices, normalize)
         gates, indices = torch.cat([gates, extra], -1), torch.cat([indices, rest], -1)
     values = _check_values(f(gates, indices), n, batch)
     return values.mean(0)

@@ -284,6 +284,12 @@ def unselected_gates(
     _check_indices(indices, logits.shape[:-1])
     normalize = _check_normalize(normalize)
     check_all_finite(logits, "logits")
+    return _unselected_gates(logits, indices, normalize)
+
+
+def _unselected_gates(logits: Tensor, indices: Tensor, normalize: str) -> tuple[Tensor, Tensor]:
+    """:func:`unselected_gates` after its checks (for callers whose logits were checked
+    by :func:`topk_route`)."""
     rest = _unselected_experts(indices, logits.shape[-1])
     gates: Tensor = apply_function(_UnselectedGates, logits, indices, rest, normalize)
     return gates, rest

@@ -20,7 +20,13 @@ from torch import Tensor, nn
 from .. import routing
 from .._checkpoint import SettingsInState
 from .._kernels import eager_plain
-from .._routing_ops import _check_dense, _check_normalize, _dense_mixer, _resolve
+from .._routing_ops import (
+    _check_dense,
+    _check_normalize,
+    _dense_mixer,
+    _resolve,
+    _unselected_gates,
+)
 from .._validation import check_all_finite, check_int, check_real
 from ..estimators import Estimator
 
@@ -311,7 +317,7 @@ class MoE(SettingsInState, nn.Module):
                 # buffer update may be recomputed in backward from the updated buffer.
                 self._update_defaults(outputs, indices)
                 defaults = self.default_outputs.detach().clone().to(y.dtype)
-                zeros, rest = routing.unselected_gates(logits, indices, normalize=normalize)
+                zeros, rest = _unselected_gates(logits, indices, normalize)
                 y = y + (zeros.unsqueeze(-1) * defaults[rest]).sum(-2)
             else:
                 frozen = rows.detach()
