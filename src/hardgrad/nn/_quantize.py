@@ -123,10 +123,17 @@ class Quantize(SettingsInState, nn.Module):
     shape ``()`` (or ``(1,)``): create the optimizer before or after the first batch alike,
     since the parameter object stays the same; only an optimizer *step* before the first
     batch would be meaningless. An empty batch is passed through and leaves the scale
-    uninitialised. With ``learn_scale=False`` the scale is a buffer fixed after the first
-    batch (calibration). Under ``torch.compile(fullgraph=True)`` initialise first
+    uninitialised, and so does a batch that is all zeros, which carries no step size (its
+    gradient for the scale is zero): the scale is set by the first batch with a non-zero
+    value, and channels that are all zero in it take the mean scale of the others. That
+    batch may come under ``torch.inference_mode`` or ``no_grad`` (calibration: the scale
+    stays an ordinary parameter that trains afterwards), or under ``torch.vmap`` (the
+    scale is set from all the mapped examples together, as from that batch in eager
+    mode). With ``learn_scale=False`` the scale is a buffer fixed after the first batch
+    (calibration). Under ``torch.compile(fullgraph=True)`` initialise first
     (``init_scale``, :meth:`init_from` or one eager batch): the first-batch initialisation
-    is data-dependent and runs outside the graph.
+    is data-dependent and runs outside the graph. ``torch.export`` of an uninitialised
+    module raises, saying so; an initialised one exports with a dynamic batch size.
 
     **Checkpoints.** The ``state_dict`` holds the scale, and its metadata what defines the
     quantizer's grid (``bits``, ``signed``, ``narrow``, ``per_channel_dim``; see
