@@ -94,14 +94,14 @@ def test_quantize_range_and_first_batch_init(bits, signed, low, high):
     assert not q.initialized
     y = q(x)
     expected_scale = 2 * x.abs().mean() / math.sqrt(high)
-    torch.testing.assert_close(q.scale.detach(), expected_scale)
+    torch.testing.assert_close(q.scale.detach(), expected_scale.reshape(1))  # stored as (1,)
     assert q.initialized
     assert torch.equal(y, hg.quantize(x, expected_scale, quant_min=low, quant_max=high))
     levels = torch.round(y / expected_scale)
     assert levels.min() >= low and levels.max() <= high
     # The scale is set once: a second batch does not move it.
     q(x * 100)
-    torch.testing.assert_close(q.scale.detach(), expected_scale)
+    torch.testing.assert_close(q.scale.detach(), expected_scale.reshape(1))
 
 
 def test_quantize_per_channel_init_and_lsq_gradient():
@@ -207,7 +207,7 @@ def test_quantize_init_is_averaged_across_ranks():
         out = manager.dict()
         run_ranks(_init_worker, (2, _free_port(), out), 2, lambda: len(out) == 2)
         scales = dict(out)
-    expected = torch.tensor(2 * 1.5 / math.sqrt(7))
+    expected = torch.tensor([2 * 1.5 / math.sqrt(7)])  # one scale, stored as (1,)
     torch.testing.assert_close(scales[0], expected)
     torch.testing.assert_close(scales[1], expected)
 

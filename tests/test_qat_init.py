@@ -151,3 +151,16 @@ def test_functional_call_under_vmap_and_nested_vmap_per_channel():
     eager = hg.nn.Quantize(bits=3, per_channel_dim=1)
     assert torch.equal(z, eager(batch).mT)
     assert torch.equal(nested.scale, eager.scale)
+
+
+def test_functional_call_with_a_stand_in_scale_refuses_to_initialise():
+    """A stand-in tensor (e.g. detached copies, as torch.func code makes them) would be
+    set while the module, marked initialised, kept its own placeholder scale of 1."""
+    q = hg.nn.Quantize(bits=4)
+    copies = {name: p.detach().clone() for name, p in q.named_parameters()}
+    with pytest.raises(RuntimeError, match=r"functional_call.*stand-in.*one batch"):
+        torch.func.functional_call(q, copies, (_batch(6),))
+    assert not q.initialized
+    q(_batch(6))  # initialised: the stand-ins are then used as given
+    y = torch.func.functional_call(q, {"scale": torch.tensor([0.5])}, (torch.tensor([0.3]),))
+    assert torch.equal(y, torch.tensor([0.5]))

@@ -381,7 +381,8 @@ def _trained(**kwargs) -> hg.nn.Quantize:
     ("saved", "loading", "words"),
     [
         ({"per_channel_dim": 1}, {}, ["scale", "(6,)", "per_channel_dim=None"]),
-        ({}, {"per_channel_dim": 1}, ["scale", "()", "per_channel_dim=1"]),
+        # (one scale is stored as (1,), a shape a one-channel scale has too: the settings)
+        ({}, {"per_channel_dim": 1}, ["'per_channel_dim'", "per_channel_dim=None", "=1"]),
         ({"bits": 4}, {"bits": 8}, ["'bits'", "bits=4", "bits=8"]),
         ({"signed": False}, {"signed": True}, ["'signed'", "signed=False", "signed=True"]),
         ({"narrow": True}, {}, ["'narrow'", "narrow=True", "narrow=False"]),

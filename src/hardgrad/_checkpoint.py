@@ -67,8 +67,11 @@ class SettingsInState:
             return []
         return setting_mismatches(stored, self._checkpoint_settings(), prefix, type(self).__name__)
 
-    def _prepare_to_load(self, state_dict: Mapping[str, Any], prefix: str) -> None:
-        """Called once the checkpoint is accepted, before its tensors are copied in."""
+    def _prepare_to_load(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Called once the checkpoint is accepted, before its tensors are copied in; may
+        replace entries of ``state_dict`` (``load_state_dict``'s own copy of the
+        checkpoint, so the caller's mapping is untouched), e.g. reshape an entry saved in
+        an older layout."""
 
     def _load_from_state_dict(
         self,

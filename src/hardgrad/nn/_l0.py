@@ -71,6 +71,12 @@ class HardConcreteGate(SettingsInState, nn.Module):
         self.generator = generator
         self.log_alpha = nn.Parameter(torch.full((features,), math.log(keep / (1 - keep))))
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """``log_alpha`` back to ``log(p/(1-p))``, ``p = init_keep`` (for deferred
+        initialisation: ``torch.device("meta")``, ``to_empty``, then this)."""
+        self.log_alpha.fill_(math.log(self.init_keep / (1 - self.init_keep)))
+
     def _checkpoint_settings(self) -> dict[str, Any]:
         return {
             "features": self.features,

@@ -25,6 +25,7 @@ from ..ops._autograd import (
     mark_non_differentiable,
     masked,
 )
+from ._sharding import accept_scalar_entry, as_scalar, copy_into
 
 _BOUNDS: dict[tuple[torch.dtype, int], tuple[float, float]] = {}
 
@@ -237,8 +238,8 @@ class PACT(SettingsInState, nn.Module):
         >>> y.detach()
         tensor([0., 0., 2., 3., 3., 3.])
         >>> y.sum().backward()
-        >>> x.grad, act.alpha.grad
-        (tensor([0., 1., 1., 1., 0., 0.]), tensor(2.))
+        >>> x.grad, act.alpha.grad  # (alpha is stored with shape (1,), used as 0-d)
+        (tensor([0., 1., 1., 1., 0., 0.]), tensor([2.]))
     """
 
     alpha: Tensor
@@ -251,22 +252,34 @@ class PACT(SettingsInState, nn.Module):
             )
         self.bits = check_int(bits, "bits", low=1, high=16)
         self.levels = 2**self.bits - 1
-        initial = torch.tensor(check_positive(alpha, "alpha"))
-        if not bool(torch.isfinite(initial)):
+        value = check_positive(alpha, "alpha")
+        if not bool(torch.isfinite(torch.tensor(value, device="cpu"))):
             raise ValueError(f"Expected `alpha` to be finite, but found {alpha!r}")
+        self._init_alpha = value
         self.learn_alpha = learn_alpha
+        # Shape (1,), used as 0-d (fully_shard refuses 0-d parameters); the default device
+        # (meta included: see reset_parameters).
+        initial = torch.full((1,), value)
         if learn_alpha:
             self.alpha = nn.Parameter(initial)
         else:
             self.register_buffer("alpha", initial)
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """``alpha`` back to its initial value (after ``to_empty`` from the meta device)."""
+        copy_into(self.alpha, torch.full(self.alpha.shape, self._init_alpha))
+
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
-        return pact(x, self.alpha, self.levels)
+        return pact(x, as_scalar(self.alpha), self.levels)
 
     def _checkpoint_settings(self) -> dict[str, Any]:
         """What the clipping level's grid means: stored in checkpoints, checked on load."""
         return {"bits": self.bits}
+
+    def _prepare_to_load(self, state_dict: dict[str, Any], prefix: str) -> None:
+        accept_scalar_entry(state_dict, prefix + "alpha", self.alpha)  # saved 0-d, before (1,)
 
     def extra_repr(self) -> str:
         return f"bits={self.bits}, learn_alpha={self.learn_alpha}"

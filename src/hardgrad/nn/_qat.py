@@ -61,14 +61,33 @@ class _QuantLayer(SettingsInState, nn.Module):
         self.weight_quantizer = None
         if self.weight_bits is not None:
             self.weight_quantizer = Quantize(
-                self.weight_bits, signed=True, per_channel_dim=0, learn_scale=learn_scale
+                self.weight_bits,
+                signed=True,
+                per_channel_dim=0,
+                learn_scale=learn_scale,
+                num_channels=weight.shape[0],
             ).to(weight.device)
-            self.weight_quantizer.init_from(weight.detach())
+            if not weight.is_meta:  # (on the meta device: set by reset_parameters)
+                self.weight_quantizer.init_from(weight.detach())
         self.act_quantizer = None
         if self.act_bits is not None:
             self.act_quantizer = Quantize(
                 self.act_bits, signed=act_signed, learn_scale=learn_scale
             ).to(weight.device)
+
+    def reset_parameters(self) -> None:
+        """New weights as the float layer draws them, the weight scales set from them and
+        the activation scale back to its first-batch placeholder, as at construction (for
+        deferred initialisation: ``torch.device("meta")``, ``to_empty``, then this)."""
+        if getattr(self, "frozen", False):
+            return  # the integer weights are the state
+        super().reset_parameters()  # type: ignore[misc]  # nn.Linear's / nn.Conv2d's
+        weight_quantizer = getattr(self, "weight_quantizer", None)  # (None in the base init)
+        if weight_quantizer is not None and not self.weight.is_meta:
+            weight_quantizer.init_from(self.weight.detach())
+        act_quantizer = getattr(self, "act_quantizer", None)
+        if act_quantizer is not None:
+            act_quantizer.reset_parameters()
 
     def quantized_weight(self, dtype: torch.dtype | None = None) -> Tensor:
         """The weight the forward uses (fake-quantized, or rebuilt from the frozen integers)."""

@@ -386,6 +386,16 @@ class Quantize(SettingsInState, nn.Module):
                     "found it uninitialised: run one batch through the model eagerly first, "
                     "or pass init_scale= or call init_from()"
                 )
+            if self.learn_scale and not isinstance(self.scale, nn.Parameter):
+                # torch.func.functional_call with a stand-in tensor for the scale: setting
+                # it would mark this module initialised while its own scale stays unset.
+                raise RuntimeError(
+                    "Expected Quantize's scale to be initialised before "
+                    "torch.func.functional_call is given a stand-in tensor for it (the "
+                    "module's own scale could not be set), but found it uninitialised: run "
+                    "one batch through the module first, or pass init_scale= or call "
+                    "init_from() (or pass the module's own parameters)"
+                )
             self._initialize(x)
         scale = self.scale  # made positive and bounded inside the quantizer (step_size)
         if not self._initialized and self.per_channel_dim is not None and self.scale.numel() == 1:

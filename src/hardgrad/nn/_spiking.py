@@ -21,6 +21,7 @@ from .._checkpoint import SettingsInState
 from .._kernels import constant, eager_plain
 from .._validation import check_floating, check_positive, check_real
 from ._hard import SurrogateLike
+from ._sharding import accept_scalar_entry, copy_into
 
 #: The reset mechanisms of :class:`LIF`.
 RESETS = ("subtract", "zero", "none")
@@ -201,6 +202,11 @@ class LIF(SettingsInState, nn.Module):
         self.detach_reset = detach_reset
         self.init_hidden = init_hidden
         self._fixed: dict[str, float] = {}
+        #: Learned settings that are one number: stored with shape (1,) (fully_shard
+        #: refuses 0-d parameters) and used as 0-d; their initial values, for
+        #: reset_parameters (deferred initialisation on the meta device).
+        self._scalars: set[str] = set()
+        self._initial_settings: dict[str, Tensor] = {}
         values: dict[str, float | Tensor] = {}
         if isinstance(beta, Tensor):
             values["beta"] = _check_tensor_setting(beta, "beta", low=0.0, high=1.0)
@@ -216,8 +222,17 @@ class LIF(SettingsInState, nn.Module):
             value = values[name]
             if learn:
                 tensor = value if isinstance(value, Tensor) else torch.tensor(value)
+                if tensor.dim() == 0:
+                    self._scalars.add(name)
+                    tensor = tensor.reshape(1)
+                if not tensor.is_meta:
+                    self._initial_settings[name] = tensor.detach().to("cpu", copy=True)
+                elif not isinstance(value, Tensor):  # made on the meta device from a number
+                    self._initial_settings[name] = torch.full((1,), value, device="cpu")
                 setattr(self, name, nn.Parameter(tensor))
             elif isinstance(value, Tensor):
+                if not value.is_meta:
+                    self._initial_settings[name] = value.detach().to("cpu", copy=True)
                 self.register_buffer(name, value)
             else:
                 self._fixed[name] = value
@@ -225,22 +240,34 @@ class LIF(SettingsInState, nn.Module):
 
     # ------------------------------------------------------------------ parameters
 
+    def _setting(self, name: str) -> Tensor:
+        """The parameter or buffer ``name`` as used: a learned number 0-d (stored as (1,))."""
+        value: Tensor = getattr(self, name)
+        return value.view(()) if name in self._scalars and value.dim() == 1 else value
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The learned or tensor ``beta`` and ``threshold`` back to their initial values
+        (after ``to_empty`` from the meta device)."""
+        for name, initial in self._initial_settings.items():
+            copy_into(getattr(self, name), initial)
+
     def _beta(self, x: Tensor) -> Tensor | float:
         if "beta" in self._fixed:
             return self._fixed["beta"]
-        beta: Tensor = getattr(self, "beta")  # noqa: B009 (a parameter or buffer)
+        beta: Tensor = self._setting("beta")
         return beta.to(x.dtype).clamp(0.0, 1.0)
 
     def _threshold(self, x: Tensor) -> Tensor | float:
         if "threshold" in self._fixed:
             return self._fixed["threshold"]
-        threshold: Tensor = getattr(self, "threshold")  # noqa: B009
+        threshold: Tensor = self._setting("threshold")
         return threshold.to(x.dtype)
 
     def _check_setting_shapes(self, x: Tensor) -> None:
         for name in ("beta", "threshold"):
             if name not in self._fixed:
-                value: Tensor = getattr(self, name)
+                value: Tensor = self._setting(name)
                 try:
                     fits = torch.broadcast_shapes(value.shape, x.shape) == x.shape
                 except RuntimeError:
@@ -386,13 +413,17 @@ class LIF(SettingsInState, nn.Module):
         """The reset mechanism and the fixed numbers (not state) that give the state its meaning."""
         return {"reset": self.reset, **self._fixed}
 
+    def _prepare_to_load(self, state_dict: dict[str, Any], prefix: str) -> None:
+        for name in self._scalars:  # saved 0-d, before they were stored as (1,)
+            accept_scalar_entry(state_dict, prefix + name, getattr(self, name))
+
     def extra_repr(self) -> str:
         parts = []
         for name, learn in (("beta", self.learn_beta), ("threshold", self.learn_threshold)):
             if name in self._fixed:
                 parts.append(f"{name}={self._fixed[name]}")
             else:
-                shape = tuple(getattr(self, name).shape)
+                shape = tuple(self._setting(name).shape)
                 parts.append(f"{name}={'learned' if learn else 'tensor'}{list(shape)}")
         parts += [f"reset={self.reset!r}", f"surrogate={self.surrogate!r}"]
         if not self.detach_reset:

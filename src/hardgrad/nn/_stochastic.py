@@ -71,6 +71,11 @@ class _StochasticUnit(SettingsInState, nn.Module):
     def step(self, value: int) -> None:
         self._steps.fill_(check_int(value, "step", low=0))
 
+    def reset_parameters(self) -> None:
+        """The step count back to 0 (no parameters; for deferred initialisation:
+        ``torch.device("meta")``, ``to_empty``, then this)."""
+        self._steps.zero_()
+
     def current_estimator(self) -> _estimators.Estimator:
         """The estimator with the temperature of the current step."""
         if self.tau is None:
