@@ -133,16 +133,26 @@ def test_finite_logits_give_valid_samples_and_finite_gradients(name, data, seed)
     assert torch.isfinite(grad).all(), grad
 
 
+def _a_row_of_minus_inf(logits: torch.Tensor, dim: int) -> bool:
+    """Whether some row along ``dim`` is all -inf (no NaN in it)."""
+    return logits.numel() > 0 and bool((logits == -INF).all(dim).any())
+
+
 @pytest.mark.parametrize("name", PATHWISE)
 @SETTINGS
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_infinite_and_nan_logits_give_the_documented_samples(name, data, seed):
-    """``-inf`` excludes a category (an event of probability 0), ``+inf`` forces it, NaN
-    counts as the largest logit (documented, as in ``torch.argmax``); samples and
+    """``-inf`` excludes a category (an event of probability 0; a row of -inf only is a
+    ValueError), ``+inf`` forces it, NaN counts as the largest logit (documented, as in ``torch.argmax``); samples and
     gradients stay finite."""
     dist, logits, dim = data.draw(sampler_inputs(nonfinite=True), label="dist, logits, dim")
     estimator = data.draw(pathwise_estimators(name), label="estimator")
     leaf = logits.clone().requires_grad_()
+    if dist == "categorical" and _a_row_of_minus_inf(logits, dim):
+        # No distribution (every category excluded): a ValueError naming `logits` (issue 38)
+        generator = torch.Generator().manual_seed(seed)
+        assert_raises_naming("logits", sample, dist, leaf, estimator, dim, generator)
+        return
     y = sample(dist, leaf, estimator, dim, torch.Generator().manual_seed(seed))
     discrete = ESTIMATORS.get(name).discrete
     if discrete:
@@ -348,7 +358,7 @@ def test_expectation_with_inf_and_nan_logits(name, dist, data, seed):
         "dim": dim,
         "generator": torch.Generator().manual_seed(seed),
     }
-    if logits.isnan().any():
+    if logits.isnan().any() or (dist == "categorical" and _a_row_of_minus_inf(logits, dim)):
         assert_raises_naming("logits", hg.expectation, f, leaf, **kwargs)
         return
     value = hg.expectation(f, leaf, **kwargs)

@@ -2,6 +2,7 @@ r"""``hg.expectation``: :math:`E_{b \sim p_\theta}[f(b)]` with any gradient esti
 
 from __future__ import annotations
 
+import math
 import typing
 
 import torch
@@ -11,6 +12,7 @@ from . import estimators as _estimators
 from ._validation import check_dim, check_int, value_checks_apply
 from .estimators._problem import Objective, Problem, check_values
 from .estimators._score import ScoreFunctionEstimator
+from .estimators._shift import raise_all_excluded
 from .stochastic import (
     EstimatorLike,
     _check_generator,
@@ -93,8 +95,14 @@ def expectation(
     Args:
         f: the objective, ``(num_samples, *logits.shape) -> (num_samples, *prefix)``.
         logits: floating tensor of log-odds (Bernoulli) or unnormalised log-probabilities
-            along ``dim`` (categorical); ``±inf`` allowed, NaN rejected. Positional; pass
-            exactly one of ``logits`` and ``probs``.
+            along ``dim`` (categorical). ``-inf`` excludes a value or category exactly and
+            ``+inf`` forces it (a point mass, shared equally by several ``+inf`` in one
+            categorical row), for every estimator, ``"exact"`` included; the gradient with
+            respect to an infinite logit is 0 (``"st_identity"``, which copies the
+            gradient, excepted). Categorical draws depend on logit differences only
+            (:func:`hardgrad.categorical`). Rejected while validation is on: NaN, and a
+            categorical row of ``-inf`` only (no distribution). Positional; pass exactly
+            one of ``logits`` and ``probs``.
         probs: floating tensor of probabilities (keyword only), instead of ``logits``.
         dist: ``"bernoulli"`` or ``"categorical"``.
         estimator: a registry name or an instance from :mod:`hardgrad.estimators`.
@@ -104,10 +112,13 @@ def expectation(
         generator: the source of randomness.
 
     Raises:
-        TypeError: ``f`` is not callable or returns no floating tensor; bad argument types.
+        TypeError: ``f`` is not callable or returns no floating tensor; ``logits`` or
+            ``probs`` sparse or nested; an ``Estimator`` subclass that is neither pathwise
+            nor a :class:`~hardgrad.estimators.ScoreFunctionEstimator`; bad argument types.
         ValueError: unknown ``dist`` or estimator, an estimator not defined for ``dist``,
             ``num_samples`` too small or not a multiple the estimator needs, ``f``'s value
-            of the wrong shape, NaN logits, or ``"exact"`` over its ``max_configurations``;
+            of the wrong shape, NaN logits or a categorical row of ``-inf`` only, or
+            ``"exact"`` over its ``max_configurations`` (or over 2**63 - 1 configurations);
             both or neither of ``logits`` and ``probs``; with validation on, ``probs``
             out of range, NaN or not normalised.
 
@@ -152,8 +163,8 @@ def expectation(
             dim=d,
             estimator=chosen if chosen.pathwise else None,
         )
-    elif value_checks_apply(tensor) and bool(torch.isnan(tensor).any()):
-        raise ValueError("Expected `logits` without NaN, but found NaN")
+    elif value_checks_apply(tensor):
+        _check_logits(tensor, is_categorical, d)
     n = _check_num_samples(chosen, dist, num_samples)
 
     if chosen.pathwise:
@@ -173,6 +184,24 @@ def expectation(
             generator=generator,
         )
     return chosen.expectation(problem)
+
+
+def _check_logits(logits: Tensor, categorical: bool, dim: int) -> None:
+    """No NaN, and (categorical) no row of -inf only, which has no distribution: one
+    reduction each and one read-back."""
+    if logits.numel() == 0:
+        return
+    has_nan = torch.isnan(logits).any()
+    if not categorical:
+        if bool(has_nan):
+            raise ValueError("Expected `logits` without NaN, but found NaN")
+        return
+    top = logits.detach().amax(dim, keepdim=True)
+    nan, lowest = torch.stack((has_nan.to(top.dtype), top.min())).tolist()
+    if nan:
+        raise ValueError("Expected `logits` without NaN, but found NaN")
+    if lowest == -math.inf:
+        raise_all_excluded(logits, top, dim, "logits")
 
 
 def _not_usable(chosen: _estimators.Estimator) -> str:

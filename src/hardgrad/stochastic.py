@@ -180,12 +180,21 @@ def categorical(
     :mod:`hardgrad.stochastic`.
 
     Args:
-        logits: floating tensor; unnormalised log-probabilities along ``dim``. ``-inf``
-            excludes a category; ``+inf`` forces it. NaN is not rejected (scanning for it
-            would cost a pass and a device synchronisation per call): it counts as the
-            largest logit, as in :func:`torch.argmax`, so a NaN category is chosen, and the
-            backward reads it as 0, so the gradient stays finite. :func:`hardgrad.expectation`
-            rejects NaN logits. Positional; pass exactly one of ``logits`` and ``probs``.
+        logits: floating tensor; unnormalised log-probabilities along ``dim``. Sampling
+            depends on logit differences only: the noise is added to
+            :math:`\ell - \max_j \ell_j` (the row maximum detached), so equal logits are
+            drawn uniformly at any magnitude, and the same generator seed gives the same
+            sample for ``logits`` and ``logits + c`` wherever ``logits + c`` is exact
+            (:mod:`hardgrad.estimators._shift`). ``-inf`` excludes a category exactly (and
+            its gradient is 0, except for ``"st_identity"``, which copies the gradient to
+            every logit); ``+inf`` is a point mass (several ``+inf`` in one row share it
+            equally); a row of ``-inf`` only has no distribution: ``ValueError`` naming
+            ``logits`` while validation is on (the row maxima are read back: one small
+            reduction; unchecked, such a row is drawn uniformly). NaN is not rejected
+            (scanning for it would cost a pass): it counts as the largest logit, as in
+            :func:`torch.argmax`, so a NaN category is chosen, and the backward reads it as
+            0, so the gradient stays finite. :func:`hardgrad.expectation` rejects NaN
+            logits. Positional; pass exactly one of ``logits`` and ``probs``.
         probs: floating tensor of category probabilities along ``dim`` (keyword only),
             instead of ``logits``: non-negative and summing to 1 within
             :math:`\max(10^{-6}, 8\epsilon)` (:math:`\epsilon` the dtype's machine epsilon;
@@ -203,10 +212,12 @@ def categorical(
             dynamo cannot trace a ``torch.Generator`` argument; the global RNG is used).
 
     Raises:
-        TypeError: ``logits`` or ``probs`` not a floating tensor; bad argument types.
+        TypeError: ``logits`` or ``probs`` not a dense floating tensor (sparse and nested
+            tensors are refused); bad argument types.
         ValueError: both or neither of ``logits`` and ``probs``; bad ``dim``, ``tau`` or
-            estimator; while validation is on, ``probs`` negative, NaN or not summing to 1,
-            or exactly 0 with a temperature above 1 while ``probs`` requires grad.
+            estimator; while validation is on, a row of ``logits`` that is all ``-inf``,
+            ``probs`` negative, NaN or not summing to 1, or exactly 0 with a temperature
+            above 1 while ``probs`` requires grad.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -269,7 +280,9 @@ def bernoulli(
 
     Args:
         logits: floating tensor of log-odds (any shape, 0-dim included). ``-inf`` gives 0
-            and ``+inf`` gives 1; NaN gives 1 (the class-1 logit of ``[0, NaN]`` counts as
+            and ``+inf`` gives 1, with gradient 0 (except ``"st_identity"``); the draw
+            compares the log-odds (a difference already) with logistic noise, so it is the
+            two-class categorical draw on ``[0, logits]`` at every magnitude; NaN gives 1 (the class-1 logit of ``[0, NaN]`` counts as
             the larger, as in :func:`categorical`), with a finite gradient. Positional;
             pass exactly one of ``logits`` and ``probs``.
         probs: floating tensor of probabilities in [0, 1] (keyword only), instead of

@@ -44,11 +44,22 @@ from ..ops._autograd import (
 from . import _gumbel_rao as rao
 from ._base import ESTIMATORS, Estimator, accepts_logistic_difference, logistic_pair, uniform
 from ._gumbel_rao import Replay
+from ._shift import finite_shifted, shift_to_zero
+
+
+def _perturbed(logits: Tensor, gumbel: Tensor, dim: int, check: bool = True) -> Tensor:
+    r""":math:`s + g` for the logits shifted to a largest entry of 0,
+    :math:`s = \ell - \max_j \ell_j` (:mod:`hardgrad.estimators._shift`: the sample then
+    depends on logit differences only, and infinities are exact), in the noise's dtype.
+    ``check``: refuse rows of -inf only (while value checks apply)."""
+    shifted = shift_to_zero(cast(logits, gumbel.dtype), dim, check="logits" if check else None)
+    return shifted.add_(gumbel) if eager_plain(shifted) else shifted + gumbel
 
 
 def _gumbel_max(logits: Tensor, gumbel: Tensor, dim: int) -> Tensor:
-    """The exact one-hot sample ``onehot(argmax(logits + gumbel))`` in ``logits``' dtype."""
-    index = argmax(cast(logits, gumbel.dtype) + gumbel, dim)
+    """The exact one-hot sample ``onehot(argmax(logits - max(logits) + gumbel))`` in
+    ``logits``' dtype (:func:`_perturbed`)."""
+    index = argmax(_perturbed(logits, gumbel, dim), dim)
     return one_hot(logits, dim, index)
 
 
@@ -256,7 +267,9 @@ class _StraightThroughSample(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (logits,) = ctx.saved_tensors
-        return softmax_vjp(logits, grad, ctx.dim, ctx.tau), None, None, None
+        # shifted (softmax does not change): -inf then stays below every finite logit
+        shifted = shift_to_zero(opmath(logits), ctx.dim)
+        return softmax_vjp(shifted, grad, ctx.dim, ctx.tau), None, None, None
 
 
 @cached_signature
@@ -286,7 +299,7 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
 
     @staticmethod
     def forward(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> tuple[Tensor, Tensor]:
-        perturbed = cast(logits, gumbel.dtype) + gumbel
+        perturbed = _perturbed(logits, gumbel, dim)
         return one_hot(logits, dim, argmax(perturbed, dim)), perturbed
 
     @staticmethod
@@ -302,10 +315,12 @@ class _GumbelStraightThroughSample(torch.autograd.Function):
         return softmax_vjp(perturbed, grad, ctx.dim, ctx.tau), None, None, None
 
 
-def _relaxed_softmax(logits: Tensor, gumbel: Tensor, dim: int, tau: float) -> Tensor:
+def _relaxed_softmax(
+    logits: Tensor, gumbel: Tensor, dim: int, tau: float, check: bool = True
+) -> Tensor:
     r""":math:`\operatorname{softmax}((\ell + g)/\tau)` along ``dim`` in the compute dtype,
-    with NaN read as 0 and infinities as large finite values."""
-    perturbed = cast(logits, gumbel.dtype) + gumbel
+    from the shifted logits (:func:`_perturbed`), NaN read as 0."""
+    perturbed = _perturbed(logits, gumbel, dim, check)
     if tau != 1:
         perturbed = perturbed.div_(tau) if eager_plain(perturbed) else perturbed / tau
     return torch.softmax(finite(perturbed), dim)
@@ -336,7 +351,7 @@ class _Relaxation(torch.autograd.Function):
             (relaxed,) = ctx.saved_tensors
         else:
             logits, gumbel = ctx.saved_tensors
-            relaxed = _relaxed_softmax(logits, gumbel, ctx.dim, ctx.tau)
+            relaxed = _relaxed_softmax(logits, gumbel, ctx.dim, ctx.tau, check=False)
         vjp = _softmax_jacobian_product(opmath(grad), relaxed, ctx.dim)
         return cast(vjp if ctx.tau == 1 else vjp / ctx.tau, grad.dtype), None, None, None
 
@@ -351,7 +366,7 @@ class _GappedSample(torch.autograd.Function):
     def forward(
         logits: Tensor, gumbel: Tensor, dim: int, tau: float, gap: float
     ) -> tuple[Tensor, Tensor]:
-        ell = cast(logits, gumbel.dtype)
+        ell = shift_to_zero(cast(logits, gumbel.dtype), dim, check="logits")
         sample = one_hot(logits, dim, argmax(ell + gumbel, dim))
         ell = finite(ell)
         top = ell.amax(dim, keepdim=True)
@@ -438,7 +453,7 @@ class _GumbelRaoSample(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         logits, sample, *explicit = ctx.saved_tensors
         dim, tau, k = ctx.dim, ctx.tau, ctx.k
-        ell = finite(opmath(logits))
+        ell = finite_shifted(opmath(logits), dim)
         if torch.compiler.is_compiling():
             # One pass along dim itself: inside a graph inductor plans the temporaries,
             # and the reshapes below would tie symbolic sizes together.
@@ -540,7 +555,7 @@ class _ReinMaxSample(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         logits, sample = ctx.saved_tensors
         dim, tau = ctx.dim, ctx.tau
-        ell = finite(opmath(logits))
+        ell = finite_shifted(opmath(logits), dim)
         g = opmath(grad)
         pi0 = torch.softmax(ell, dim)
         pi1 = 0.5 * (torch.softmax(finite(ell / tau), dim) + sample.to(ell.dtype))
@@ -611,6 +626,9 @@ class STIdentity(Estimator):
     Forward: the exact sample :math:`D`. Backward:
     :math:`\partial L / \partial \ell = \bar y`. Biased. Bengio et al. (2013),
     https://arxiv.org/abs/1308.3432 (the plain, "identity" straight-through).
+
+    The copy reaches every logit, an infinite one included (the one estimator whose
+    gradient there is not 0).
 
     With ``probs`` the gradient is copied onto the probabilities unchanged,
     :math:`\partial L/\partial p = \bar y` (not the logits' chain rule), at 0 and 1 too.

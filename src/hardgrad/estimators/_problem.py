@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .._kernels import finite, one_hot, opmath
 from ._base import gumbel_noise, uniform
+from ._shift import finite_shifted
 
 Objective = Callable[[Tensor], Tensor]
 
@@ -160,12 +161,37 @@ class Problem:
     def work_logits(self) -> Tensor:
         """Detached logits in the dtype the estimators compute in (float32 for half types),
         with NaN -> 0 and +-inf -> +-(a large finite value); with :attr:`probs`, derived
-        from them in that dtype."""
+        from them in that dtype. Categorical logits are first shifted to a largest entry
+        of 0 (:func:`~hardgrad.estimators._shift.shift_to_zero`): samples then depend on
+        logit differences only, a -inf logit stays below every other one (its category is
+        never drawn and its score is exactly 0) and +inf is a point mass."""
         if self.probs is not None:
             q = opmath(self.probs.detach())
             logits = torch.log(q) if self.categorical else torch.log(q) - torch.log1p(-q)
             return finite(logits)
+        if self.categorical:
+            return finite_shifted(opmath(self.logits.detach()), -1)
         return finite(opmath(self.logits.detach()))
+
+    def exact_logits(self) -> Tensor:
+        """:attr:`logits` in the compute dtype for exact enumeration, differentiable, as
+        :attr:`work_logits` reads them: categorical rows shifted by their (detached)
+        maximum, which changes no softmax or its gradient but keeps -inf below every
+        finite logit after :func:`~hardgrad._kernels.finite` (which alone maps -inf to
+        -max/4, above a logit of -1e38). A row whose maximum is infinite (+inf entries,
+        or all -inf) is its point mass: 0 at the entries equal to the maximum, -inf
+        elsewhere, with gradient 0 (the limit). The gradient with respect to a -inf logit
+        is 0."""
+        work = opmath(self.logits)
+        if not self.categorical:
+            return finite(work)
+        top = work.detach().amax(-1, keepdim=True)
+        infinite = top.abs() == math.inf
+        # A +inf row: its +inf entries become 0, every other entry -inf (a point mass
+        # shared by the +inf entries), with gradient 0 to all of them (the limit).
+        point_mass = torch.where(work == top, 0.0, -math.inf).detach()
+        shifted = torch.where(infinite, point_mass, work - torch.where(infinite, 0.0, top))
+        return finite(shifted)
 
     @property
     def work(self) -> Tensor:

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .._checkpoint import SettingsInState
-from .._kernels import eager_plain, finite, opmath, rounded_to
+from .._kernels import eager_plain, rounded_to
 from .._validation import check_int, check_real
 from ..ops._autograd import apply_function, cached_signature, has_tangent
 from ._base import ESTIMATORS, Estimator, uniform
@@ -445,7 +445,10 @@ class ARM(_Antithetic):
         \,(u - \tfrac12),
 
     averaged over ``num_samples / 2`` pairs (two evaluations each). Unbiased. Bernoulli
-    only (the categorical extension, ARSM, is not implemented). Yin & Zhou (2019),
+    only (the categorical extension, ARSM, is not implemented). Where :math:`\sigma(\theta_i)`
+    is exactly 0 or 1 in the compute dtype (infinite logits included) the pair always
+    agrees on coordinate :math:`i` and its weight is 0, the term's conditional mean (so an
+    infinite logit gets exactly 0). Yin & Zhou (2019),
     https://arxiv.org/abs/1807.11143.
 
     With ``probs``: the weight :math:`(u - \tfrac12)/(p(1-p))` inside (0, 1); at exactly 0
@@ -469,7 +472,13 @@ class ARM(_Antithetic):
         return (u > torch.sigmoid(-theta)).to(u.dtype), (u < torch.sigmoid(theta)).to(u.dtype)
 
     def weight(self, theta: Tensor, u: Tensor, first: Tensor, second: Tensor) -> Tensor:
-        return u - 0.5
+        # u - 1/2; 0 where sigma(theta) is exactly 0 or 1 (infinite logits, or beyond
+        # about +-104 in float32): there the pair always agrees on this coordinate, u is
+        # uniform on an interval symmetric about 1/2 given that, and f(b) - f(b~) does not
+        # depend on it, so the term's mean is 0 and 0 is its value (unbiased, and the
+        # gradient of an infinite logit is exactly 0, as for every estimator).
+        certain = (torch.sigmoid(theta) * torch.sigmoid(-theta)) == 0
+        return torch.where(certain, 0.0, u - 0.5)
 
     def pair_probs(self, p: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
         return (u > 1 - p).to(u.dtype), (u < p).to(u.dtype)
@@ -603,9 +612,9 @@ class Exact(ScoreFunctionEstimator):
             # A product of probabilities, no logarithms: exact gradients at 0 and 1.
             probabilities = problem.probability(configurations)
         else:
-            # +-inf -> +-(a large finite value): a forced category then has log-probability
-            # 0 instead of inf - inf = NaN.
-            work = finite(opmath(problem.logits))
+            # Shifted and finite (Problem.exact_logits): -inf excluded exactly, +inf a point
+            # mass with log-probability 0 instead of inf - inf = NaN.
+            work = problem.exact_logits()
             probabilities = problem.log_prob(configurations.to(work.dtype), work).exp()
         dtype = torch.promote_types(values.dtype, probabilities.dtype)
         return (probabilities.to(dtype) * values.to(dtype)).sum(0).to(values.dtype)
