@@ -22,6 +22,7 @@ from ..ops._quantize import quantize_step_size
 from ..ops._quantize_checks import _check_in_range
 from ._hard import SurrogateLike
 from ._quantize_init import channel_rows, fill_uninformative, gradient_scale
+from ._sharding import accept_scalar_entry, as_scalar, copy_into, full, is_dtensor, wrapped_forward
 
 
 def _compute_step_bounds(
@@ -119,11 +120,10 @@ class Quantize(SettingsInState, nn.Module):
     agree; the mean is taken without overflow for magnitudes up to the dtype's largest
     value), unless it was given: ``init_scale`` (a number, or for per-channel scales a 1-D
     tensor with one scale per channel) or :meth:`init_from` (the same formula on a tensor
-    you pass, e.g. the weights, without a forward pass). Until then it is a placeholder of
-    shape ``()`` (or ``(1,)``): create the optimizer before or after the first batch alike,
-    since the parameter object stays the same; only an optimizer *step* before the first
-    batch would be meaningless. An empty batch is passed through and leaves the scale
-    uninitialised, and so does a batch that is all zeros, which carries no step size (its
+    you pass, e.g. the weights, without a forward pass). Until then it is a placeholder:
+    create the optimizer before or after the first batch alike, since the parameter object
+    stays the same; only an optimizer *step* before the first batch would be meaningless.
+    An empty batch is passed through and leaves the scale uninitialised, and so does a batch that is all zeros, which carries no step size (its
     gradient for the scale is zero): the scale is set by the first batch with a non-zero
     value, and channels that are all zero in it take the mean scale of the others. That
     batch may come under ``torch.inference_mode`` or ``no_grad`` (calibration: the scale
@@ -135,13 +135,26 @@ class Quantize(SettingsInState, nn.Module):
     is data-dependent and runs outside the graph. ``torch.export`` of an uninitialised
     module raises, saying so; an initialised one exports with a dynamic batch size.
 
+    **Shapes, DDP and FSDP.** One scale is stored with shape ``(1,)`` and used as a 0-d
+    tensor (``torch.distributed.fsdp.fully_shard`` refuses 0-d parameters; the values
+    and gradients are those of a 0-d scale, bit for bit). Per-channel scales have shape
+    ``(num_channels,)`` from the start when ``num_channels`` (or ``init_scale``) is
+    given, else ``(1,)`` until the first batch sets the channel count: such a module must
+    see its first batch (or :meth:`init_from`) before ``DistributedDataParallel`` or
+    ``fully_shard`` wraps it, and raises if the shape would change inside them. Under
+    ``fully_shard`` every scale must be initialised before sharding (``init_scale``,
+    :meth:`init_from`, or one batch); a first batch under it raises. For deferred
+    initialisation (``torch.device("meta")``, then ``to_empty``),
+    :meth:`reset_parameters` restores the scale the module was made with.
+
     **Checkpoints.** The ``state_dict`` holds the scale, and its metadata what defines the
     quantizer's grid (``bits``, ``signed``, ``narrow``, ``per_channel_dim``; see
     ``hardgrad._checkpoint``). Loading a checkpoint saved with other settings, or a
     per-channel scale into a per-tensor module (or the reverse, or another channel count),
     raises with the key and both values instead of quantizing on another grid.
     Checkpoints without the settings (older ones, or a plain ``dict`` of the tensors) load
-    when their scale's shape fits.
+    when their scale's shape fits; a 0-d scale (saved before one scale was stored as
+    ``(1,)``) loads into a per-tensor module.
 
     The step size the forward uses is the stored :math:`s` made positive and bounded,
 
@@ -176,6 +189,10 @@ class Quantize(SettingsInState, nn.Module):
             counts in :math:`g = 1/\sqrt{N q_+}` (above).
         init_scale: the initial scale, which marks the module initialised: a positive
             number (per-tensor), or a 1-D tensor of positive scales (per-channel).
+        num_channels: for per-channel scales, the number of channels (the input's size
+            along ``per_channel_dim``): the scale gets its final shape at construction,
+            as ``DistributedDataParallel`` and ``fully_shard`` need when they wrap the
+            module before its first batch.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -214,6 +231,7 @@ class Quantize(SettingsInState, nn.Module):
         in_range: str = "rounded",
         grad_scale_elements: str = "per_scale",
         init_scale: float | Tensor | None = None,
+        num_channels: int | None = None,
     ) -> None:
         super().__init__()
         for flag, name in ((signed, "signed"), (learn_scale, "learn_scale"), (narrow, "narrow")):
@@ -244,13 +262,29 @@ class Quantize(SettingsInState, nn.Module):
             self.quant_min, self.quant_max = -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
         else:
             self.quant_min, self.quant_max = 0, 2**bits - 1
+        if num_channels is not None:
+            if per_channel_dim is None:
+                raise ValueError(
+                    "Expected `num_channels` only with per-channel scales (`per_channel_dim` "
+                    f"set), but found num_channels={num_channels!r} with per_channel_dim=None"
+                )
+            num_channels = check_int(num_channels, "num_channels", low=1)
+        self.num_channels = num_channels
         # The given scale, or a placeholder until the first batch (made here, not copied
-        # in: a module built inside a torch.func transform may not mutate .data).
+        # in: a module built inside a torch.func transform may not mutate .data). Shape
+        # (1,) for one scale (fully_shard refuses 0-d parameters; the forward views it as
+        # 0-d), (num_channels,) per channel, (1,) until the first batch without it.
         self._initialized = init_scale is not None
+        self._init_values: Tensor | None = None  # init_scale, on the CPU
         if init_scale is None:
-            initial = torch.ones(() if per_channel_dim is None else (1,))
+            initial = torch.ones(1 if num_channels is None else num_channels)
         else:
-            initial = self._check_init_scale(init_scale).to(torch.get_default_dtype(), copy=True)
+            given = self._check_init_scale(init_scale)
+            self._init_values = given.to("cpu", torch.get_default_dtype(), copy=True)
+            device = given.device if isinstance(init_scale, Tensor) else None
+            if device is None or torch.get_default_device().type == "meta":
+                device = torch.get_default_device()
+            initial = given.to(device=device, dtype=torch.get_default_dtype(), copy=True)
         if learn_scale:
             self.scale = nn.Parameter(initial)
         else:
@@ -270,22 +304,54 @@ class Quantize(SettingsInState, nn.Module):
                 raise ValueError(
                     f"Expected `init_scale` to be {expected}, but found shape {tuple(value.shape)}"
                 )
-            scale = value.detach().reshape(-1 if per_channel else ())
+            scale = value.detach().reshape(-1)
+            if per_channel and self.num_channels not in (None, scale.numel()):
+                raise ValueError(
+                    f"Expected `init_scale` to have num_channels={self.num_channels} scales, "
+                    f"but found {scale.numel()}"
+                )
         elif per_channel:
             raise ValueError(
                 "Expected `init_scale` to be a 1-D tensor of one scale per channel for a "
                 f"per-channel Quantize, but found {type(value).__name__}; or call init_from()"
             )
         else:
-            scale = torch.tensor(check_positive(value, "init_scale"))
+            scale = torch.tensor([check_positive(value, "init_scale")], device="cpu")
         if not bool(((scale > 0) & torch.isfinite(scale)).all()):
             raise ValueError(f"Expected `init_scale` > 0 and finite, but found {scale.tolist()}")
         return scale
 
     def _set_scale(self, scale: Tensor) -> None:
-        with torch.no_grad():
-            self.scale.data = scale.to(device=self.scale.device, dtype=self.scale.dtype)
+        if scale.shape == self.scale.shape:
+            copy_into(self.scale, scale)  # in place: DDP's and FSDP's references stay valid
+        else:  # a per-channel scale without `num_channels` gets its shape now
+            wrapper = wrapped_forward(self) or (
+                "fully_shard" if is_dtensor(self.scale) else ""
+            )
+            if wrapper:
+                raise ValueError(
+                    f"Expected a per-channel Quantize under {wrapper} to know its channel "
+                    f"count before the first batch (its scale cannot change shape once "
+                    f"{wrapper} registered it), but found {scale.shape[0]} channels and a "
+                    "placeholder scale of shape (1,): pass num_channels="
+                    f"{scale.shape[0]} (or init_scale, or call init_from() or run one batch "
+                    "before wrapping)"
+                )
+            with torch.no_grad():
+                self.scale.data = scale.to(device=self.scale.device, dtype=self.scale.dtype)
         self._initialized = True
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Back to the scale the module was made with: ``init_scale`` (initialised), or
+        the placeholder to be set by the first batch. With ``torch.device("meta")``
+        construction and ``to_empty``, this fills the scale with real values (FSDP2's
+        deferred initialisation)."""
+        if self._init_values is None:
+            copy_into(self.scale, torch.ones(self.scale.shape))
+        else:
+            copy_into(self.scale, self._init_values)
+        self._initialized = self._init_values is not None
 
     def init_from(self, x: Tensor) -> Quantize:
         r"""Set the scale from ``x`` as the first batch would, without a forward pass:
@@ -335,16 +401,23 @@ class Quantize(SettingsInState, nn.Module):
         r"""The step size :math:`\hat s` the forward uses for inputs of ``dtype``: ``scale``
         made positive and bounded, with the gradient ``sign(scale)`` (class docstring)."""
         low, high = self._step_bounds(dtype)
-        return apply_function(_StepSize, self.scale, low, high)
+        scale = self.scale if self.per_channel_dim is not None else as_scalar(self.scale)
+        return apply_function(_StepSize, scale, low, high)
 
     @compiler_disabled  # data-dependent: outside graphs
     @torch.no_grad()
     def _initialize(self, x: Tensor) -> bool:
         """Set the scale from ``x``; ``False`` (scale unchanged) for all-zero data."""
+        x = full(x)  # an FSDP2 shard (e.g. a sharded weight): the whole tensor
         if self.per_channel_dim is None:
             rows = channel_rows(x, None)  # (under torch.vmap: the whole batch)
         else:
             dim = self._channel_dim(x)
+            if self.num_channels not in (None, x.shape[dim]):
+                raise ValueError(
+                    f"Expected `x` to have num_channels={self.num_channels} channels along "
+                    f"per_channel_dim={self.per_channel_dim}, but found shape {tuple(x.shape)}"
+                )
             rows = channel_rows(x, dim)
         finite_batch = bool(torch.isfinite(rows).all())
         mean = rows.abs().to(self.scale.dtype).mean(1)
@@ -355,8 +428,6 @@ class Quantize(SettingsInState, nn.Module):
             peak = wide.amax(1, keepdim=True)
             ratio = wide / peak.clamp_min(torch.finfo(torch.float64).tiny)
             mean = (peak * ratio.mean(1, keepdim=True)).squeeze(1)
-        if self.per_channel_dim is None:
-            mean = mean.reshape(())
         scale = 2 * mean / math.sqrt(self.quant_max)
         if not finite_batch:
             scale = torch.full_like(scale, math.nan)  # every rank raises below, together
@@ -379,6 +450,13 @@ class Quantize(SettingsInState, nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
         if not self._initialized and x.numel() > 0:
+            if wrapped_forward(self) == "fully_shard":
+                raise ValueError(
+                    "Expected a Quantize under fully_shard to be initialised before sharding "
+                    "(a scale set in a forward is lost with the unsharded parameters), but "
+                    "found it uninitialised: pass init_scale, call init_from(), or run one "
+                    "batch before fully_shard"
+                )
             if torch.compiler.is_exporting():
                 raise RuntimeError(
                     "Expected Quantize's scale to be initialised before torch.export (the "
@@ -404,7 +482,9 @@ class Quantize(SettingsInState, nn.Module):
             # all-zero batch, whose gradient for the scale is zero anyway).
             scale = scale.detach()
         per_scale = x.numel()
-        if self.per_channel_dim is not None:
+        if self.per_channel_dim is None:
+            scale = as_scalar(scale)  # one-element storage, 0-d in use
+        else:
             dim = self._channel_dim(x)
             shape = [1] * x.dim()
             shape[dim] = -1
@@ -446,8 +526,12 @@ class Quantize(SettingsInState, nn.Module):
         layout = self._scale_shape_mismatch(state_dict.get(prefix + "scale"), prefix + "scale")
         return [*problems, layout] if layout else problems
 
-    def _prepare_to_load(self, state_dict: Mapping[str, Any], prefix: str) -> None:
-        # A per-channel scale only gets its shape on the first batch: adopt the stored one.
+    def _prepare_to_load(self, state_dict: dict[str, Any], prefix: str) -> None:
+        if self.per_channel_dim is None:  # a 0-d scale (saved before it was (1,))
+            accept_scalar_entry(state_dict, prefix + "scale", self.scale)
+            return
+        # A per-channel scale without `num_channels` gets its shape on the first batch:
+        # adopt the stored one.
         stored = state_dict.get(prefix + "scale")
         if isinstance(stored, Tensor) and stored.shape != self.scale.shape:
             with torch.no_grad():
@@ -459,7 +543,7 @@ class Quantize(SettingsInState, nn.Module):
         """The message for a stored scale of another layout than this module's, or ''."""
         if not isinstance(stored, Tensor):
             return ""
-        if self.per_channel_dim is None and stored.dim() != 0:
+        if self.per_channel_dim is None and (stored.dim() > 1 or stored.numel() != 1):
             return (
                 f"{key}: the checkpoint has per-channel scales of shape "
                 f"{tuple(stored.shape)}, this Quantize has one scale (per_channel_dim=None)"
@@ -471,7 +555,7 @@ class Quantize(SettingsInState, nn.Module):
             )
         if (
             self.per_channel_dim is not None
-            and self._initialized
+            and (self._initialized or self.num_channels is not None)
             and stored.shape != self.scale.shape
         ):
             return (
