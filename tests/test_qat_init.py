@@ -164,3 +164,21 @@ def test_functional_call_with_a_stand_in_scale_refuses_to_initialise():
     q(_batch(6))  # initialised: the stand-ins are then used as given
     y = torch.func.functional_call(q, {"scale": torch.tensor([0.5])}, (torch.tensor([0.3]),))
     assert torch.equal(y, torch.tensor([0.5]))
+
+
+@pytest.mark.parametrize("per_channel_dim", [None, 0], ids=["per_tensor", "per_channel"])
+def test_a_fresh_quantize_under_torch_func_grad_and_jvp(per_channel_dim):
+    """Before: the scale computed under torch.func.grad was a wrapper of that transform,
+    stored in the parameter, and the next use failed an internal assert (per channel)."""
+    x = _batch(3, 5)
+    reference = hg.nn.Quantize(bits=4, per_channel_dim=per_channel_dim)
+    leaf = x.clone().requires_grad_()
+    reference(leaf).square().sum().backward()
+    q = hg.nn.Quantize(bits=4, per_channel_dim=per_channel_dim)
+    grad = torch.func.grad(lambda v: q(v).square().sum())(x)
+    assert type(q.scale.data) is torch.Tensor and torch.equal(q.scale, reference.scale)
+    assert torch.equal(grad, leaf.grad)
+    assert torch.equal(q(x), reference(x))  # usable afterwards
+    q = hg.nn.Quantize(bits=4, per_channel_dim=per_channel_dim)
+    torch.func.jvp(q, (x,), (torch.ones_like(x),))
+    assert torch.equal(q.scale, reference.scale)

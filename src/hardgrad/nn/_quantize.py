@@ -21,7 +21,12 @@ from ..ops._autograd import apply_function, cached_signature, forward_mode
 from ..ops._quantize import quantize_step_size
 from ..ops._quantize_checks import _check_in_range
 from ._hard import SurrogateLike
-from ._quantize_init import channel_rows, fill_uninformative, gradient_scale
+from ._quantize_init import (
+    channel_rows,
+    fill_uninformative,
+    gradient_scale,
+    outside_transforms,
+)
 from ._sharding import accept_scalar_entry, as_scalar, copy_into, full, is_dtensor, wrapped_forward
 
 
@@ -406,6 +411,7 @@ class Quantize(SettingsInState, nn.Module):
 
     @compiler_disabled  # data-dependent: outside graphs
     @torch.no_grad()
+    @outside_transforms  # torch.func: reads the batch whole, computes with ordinary tensors
     def _initialize(self, x: Tensor) -> bool:
         """Set the scale from ``x``; ``False`` (scale unchanged) for all-zero data."""
         x = full(x)  # an FSDP2 shard (e.g. a sharded weight): the whole tensor

@@ -6,7 +6,10 @@ channels without information, and :math:`g = 1/\sqrt{N q_+}` for a symbolic :mat
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -22,7 +25,6 @@ def channel_rows(x: Tensor, dim: int | None) -> Tensor:
     first batch under ``vmap`` sets the scale from all of its examples together, as the
     same batch would in eager mode, instead of branching on a batched value (which
     ``vmap`` refuses). The result is an ordinary tensor."""
-    x = x.detach()
     while _functorch.is_functorch_wrapped_tensor(x):
         if _functorch.is_batchedtensor(x):
             batch_dim = _functorch.maybe_get_bdim(x)
@@ -36,9 +38,29 @@ def channel_rows(x: Tensor, dim: int | None) -> Tensor:
                 "torch.vmap/torch.func.grad, but found a torch.func wrapper it cannot read: "
                 "initialise the scale first (init_scale=, init_from(), or one eager batch)"
             ) from error
+    x = x.detach()
     if dim is None:
         return x.reshape(1, -1)
     return x.transpose(0, dim).reshape(x.shape[dim], -1)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def outside_transforms(fn: F) -> F:
+    """``fn`` run with ``torch.func``'s transforms switched off when any is active: the
+    initialisation reads ``x`` through :func:`channel_rows` and computes with ordinary
+    tensors only, and under ``torch.func.grad`` every result would otherwise be wrapped
+    for that transform (and escape it, stored in the scale)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not torch._C._are_functorch_transforms_active():
+            return fn(*args, **kwargs)
+        with torch._C._DisableFuncTorch():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def fill_uninformative(scale: Tensor) -> Tensor | None:
