@@ -14,7 +14,6 @@ from torch import Tensor
 
 from ._routing_ops import (
     SparseMixer,
-    _check_dense,
     _check_indices,
     _check_logits,
     _check_normalize,
@@ -23,7 +22,7 @@ from ._routing_ops import (
     _weights,
     topk_route,
 )
-from ._validation import check_all_finite, check_int
+from ._validation import check_all_finite, check_floating, check_int
 from .estimators._base import gumbel_noise
 from .estimators._score import RLOO, Exact, Reinforce
 from .stochastic import _check_generator
@@ -64,7 +63,7 @@ def enumerate_routes(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
         >>> subsets.tolist(), log_probs.exp()   # P({0,1}) = .5*.3/.5 + .3*.5/.7
         ([[0, 1], [0, 2], [1, 2]], tensor([0.5143, 0.3250, 0.1607]))
     """
-    _check_dense(logits, "logits")
+    check_floating(logits, "logits")
     if logits.dim() == 0:
         raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
     experts = logits.shape[-1]
@@ -269,7 +268,7 @@ def load_balancing_loss(
         >>> hg.routing.load_balancing_loss(torch.zeros(4, 2), torch.tensor([[0], [1], [0], [1]]))
         tensor(1.)
     """
-    _check_dense(logits, "logits")
+    check_floating(logits, "logits")
     if logits.dim() == 0:
         raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
     experts = logits.shape[-1]

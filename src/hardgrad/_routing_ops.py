@@ -108,17 +108,6 @@ def _check_normalize(normalize: Any) -> str:
     return normalize
 
 
-def _check_dense(x: Any, name: str) -> Tensor:
-    """``x`` must be a floating tensor of the strided (dense) layout (a sparse one has
-    none of the ops used here, and would fail deep inside with torch's message)."""
-    check_floating(x, name)
-    if x.layout != torch.strided:
-        raise TypeError(
-            f"Expected `{name}` to be a dense (strided) tensor, but found layout={x.layout}"
-        )
-    return x
-
-
 def _check_indices(indices: Any, batch: torch.Size | None = None, name: str = "indices") -> Tensor:
     """``indices`` must be a dense int64 tensor (the dtype :func:`topk_route` returns and
     ``scatter``/``gather`` take), with the batch shape ``batch`` where given."""
@@ -141,7 +130,7 @@ def _check_indices(indices: Any, batch: torch.Size | None = None, name: str = "i
 
 
 def _check_logits(logits: Any, k: Any, dim: Any) -> tuple[int, int]:
-    _check_dense(logits, "logits")
+    check_floating(logits, "logits")
     d = check_dim(logits, dim)
     experts = logits.shape[d]
     k = check_int(k, "k", low=1)
@@ -278,7 +267,7 @@ def unselected_gates(
         >>> logits.grad   # p_1 (e_1 - p)
         tensor([[-0.1628,  0.1848, -0.0220]])
     """
-    _check_dense(logits, "logits")
+    check_floating(logits, "logits")
     if logits.dim() == 0:
         raise ValueError("Expected `logits` of shape (*batch, E), but found a 0-dim tensor")
     _check_indices(indices, logits.shape[:-1])
@@ -386,8 +375,8 @@ def dense_mixer(
         >>> logits.grad   # the gradient of sum_j softmax(logits)_j E_j(x)
         tensor([[-0.4387,  0.0411,  0.3976]])
     """
-    _check_dense(y, "y")
-    _check_dense(logits, "logits")
+    check_floating(y, "y")
+    check_floating(logits, "logits")
     normalize = _check_normalize(normalize)
     if not callable(unselected):
         raise TypeError(

@@ -81,17 +81,6 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _check_dense(x: Any, name: str) -> Tensor:
-    """``x`` must be a floating tensor of the strided (dense) layout: a sparse one has none
-    of the ops used here, and would fail deep inside with torch's message."""
-    check_floating(x, name)
-    if x.layout != torch.strided:
-        raise TypeError(
-            f"Expected `{name}` to be a dense (strided) tensor, but found layout={x.layout}"
-        )
-    return x
-
-
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(
@@ -101,7 +90,7 @@ def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
 
 
 def _check_codebook(z: Tensor, codebook: Any, d: int) -> Tensor:
-    _check_dense(codebook, "codebook")
+    check_floating(codebook, "codebook")
     if codebook.dim() != 2:
         raise ValueError(
             f"Expected `codebook` of shape (K, D), but found shape {tuple(codebook.shape)}"
@@ -403,7 +392,7 @@ def nearest_code(z: Tensor, codebook: Tensor, *, dim: int = -1, distance: str = 
         >>> hg.vq.nearest_code(torch.tensor([[0.9, 0.8], [0.1, -0.2]]), codebook)
         tensor([1, 0])
     """
-    _check_dense(z, "z")
+    check_floating(z, "z")
     d = check_dim(z, dim)
     _check_codebook(z, codebook, d)
     _check_choice(distance, "distance", DISTANCES)
@@ -541,8 +530,8 @@ def rotation_gradient(z: Tensor, z_q: Tensor, *, dim: int = -1) -> Tensor:
         >>> z.grad.round(decimals=6)  # R^T takes e_y back to e_x; times |z_q|/|z| = 1/2
         tensor([[0.5000, 0.0000]])
     """
-    _check_dense(z, "z")
-    _check_dense(z_q, "z_q")
+    check_floating(z, "z")
+    check_floating(z_q, "z_q")
     d = check_dim(z, dim)
     if z_q.shape != z.shape or z_q.dtype != z.dtype or z_q.device != z.device:
         raise ValueError(
@@ -667,7 +656,7 @@ def vector_quantize(
         >>> hg.vector_quantize(z, codebook, estimator="gumbel", tau=0.1, generator=g)[1]
         tensor([0, 2])
     """
-    _check_dense(z, "z")
+    check_floating(z, "z")
     d = check_dim(z, dim)
     _check_codebook(z, codebook, d)
     _check_choice(distance, "distance", DISTANCES)
@@ -822,7 +811,7 @@ def fsq(z: Tensor, levels: Any, *, dim: int = -1) -> tuple[Tensor, Tensor]:
         (tensor([30, 38]), tensor([[-1.0000,  0.0000,  0.0000],
                 [ 0.5000,  0.5000,  0.0000]]))
     """
-    _check_dense(z, "z")
+    check_floating(z, "z")
     d = check_dim(z, dim)
     lv = _check_levels(levels)
     if z.shape[d] != len(lv):
@@ -895,7 +884,7 @@ def fsq_indices_to_codes(
 def fsq_codes_to_indices(codes: Tensor, levels: Any, *, dim: int = -1) -> Tensor:
     """The indices of FSQ codes (values on the grid of :func:`fsq`), the inverse of
     :func:`fsq_indices_to_codes`."""
-    _check_dense(codes, "codes")
+    check_floating(codes, "codes")
     lv = _check_levels(levels)
     d = check_dim(codes, dim)
     if codes.shape[d] != len(lv):
@@ -949,7 +938,7 @@ def lfq(z: Tensor, *, dim: int = -1, surrogate: Any = "identity") -> tuple[Tenso
         >>> z_q, indices
         (tensor([[ 1., -1.,  1.]]), tensor([5]))
     """
-    _check_dense(z, "z")
+    check_floating(z, "z")
     d = check_dim(z, dim)
     if z.shape[d] > 62:
         raise ValueError(f"Expected at most 62 channels (int64 indices), but found {z.shape[d]}")
@@ -1004,7 +993,7 @@ def lfq_entropy(z: Tensor, *, dim: int = -1, tau: float = 1.0) -> tuple[Tensor, 
         >>> round(float(per_sample), 4), round(float(codebook), 4)  # confident; 4 codes used
         (0.0002, 1.3863)
     """
-    _check_dense(z, "z")
+    check_floating(z, "z")
     d = check_dim(z, dim)
     tau = check_positive(tau, "tau")
     check_all_finite(z, "z")

@@ -21,13 +21,12 @@ from .. import routing
 from .._checkpoint import SettingsInState
 from .._kernels import eager_plain
 from .._routing_ops import (
-    _check_dense,
     _check_normalize,
     _dense_mixer,
     _resolve,
     _unselected_gates,
 )
-from .._validation import check_all_finite, check_int, check_real
+from .._validation import check_all_finite, check_floating, check_int, check_real
 from ..estimators import Estimator
 
 #: Under ``torch.compile`` (or a ``torch.func`` transform) :meth:`MoE.experts_at` runs
@@ -293,7 +292,7 @@ class MoE(SettingsInState, nn.Module):
         )
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        _check_dense(x, "x")
+        check_floating(x, "x")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
                 f"Expected `x` with last dim in_features={self.in_features}, but found shape "

@@ -17,7 +17,7 @@ from .. import vq as _vq
 from .._checkpoint import SettingsInState
 from .._compiler import compiler_disabled
 from .._kernels import cast, eager_plain, opmath_dtype, without_grad
-from .._validation import check_all_finite, check_int, check_positive, check_real
+from .._validation import check_all_finite, check_floating, check_int, check_positive, check_real
 from ..estimators import Estimator
 from ..ops._straight_through import value_with_identity_gradient
 
@@ -29,7 +29,7 @@ def _distributed() -> bool:
 
 
 def _check_channels(z: Tensor, channel_dim: int, size: int, what: str) -> int:
-    _vq._check_dense(z, "z")
+    check_floating(z, "z")
     if not -z.dim() <= channel_dim < z.dim():
         raise ValueError(
             f"Expected `channel_dim` in [{-z.dim()}, {z.dim() - 1}] for a {z.dim()}-dim `z`, "
