@@ -469,7 +469,7 @@ _LEARNED_NUMBERS = {
 
 @pytest.mark.parametrize("name", sorted(_LEARNED_NUMBERS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
-@pytest.mark.parametrize("shape", [(), (5,), (3, 7)])
+@pytest.mark.parametrize("shape", [(), (5,), (3, 7), (300, 240)])  # (the last: > 65,536)
 def test_one_element_storage_gives_the_zero_dim_values_and_gradients_bit_for_bit(
     name, dtype, shape
 ):

@@ -272,7 +272,9 @@ class PACT(SettingsInState, nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
-        return pact(x, as_scalar(self.alpha), self.levels)
+        # (1,)-shaped alpha: as the 0-d one, bit for bit (the gradient is one sum); a
+        # 0-d x takes the 0-d view, so that the output stays 0-d.
+        return pact(x, self.alpha if x.dim() > 0 else as_scalar(self.alpha), self.levels)
 
     def _checkpoint_settings(self) -> dict[str, Any]:
         """What the clipping level's grid means: stored in checkpoints, checked on load."""

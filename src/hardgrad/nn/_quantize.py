@@ -489,7 +489,9 @@ class Quantize(SettingsInState, nn.Module):
             scale = scale.detach()
         per_scale = x.numel()
         if self.per_channel_dim is None:
-            scale = as_scalar(scale)  # one-element storage, 0-d in use
+            # One-element storage; broadcasting it gives the 0-d scale's values and
+            # gradient (the same sum), only a 0-d x needs the 0-d view (a node more).
+            scale = scale if x.dim() > 0 else as_scalar(scale)
         else:
             dim = self._channel_dim(x)
             shape = [1] * x.dim()
