@@ -83,18 +83,16 @@ def _k_hot(keys: Tensor, k: int) -> Tensor:
 def _log1m_softmax(z: Tensor) -> tuple[Tensor, Tensor]:
     r""":math:`\alpha = \operatorname{softmax}(z)` and :math:`\log(1 - \alpha)` along the
     last dimension (at least 2 finite entries), without forming :math:`1 - \alpha`: where
-    :math:`\alpha_i \le 1/2`, ``log1p(-alpha)``; the one entry that can exceed 1/2 (the
-    row's largest) gets :math:`\log\sum_{j \ne i} e^{z_j} - \log\sum_j e^{z_j}`, exact even
-    when :math:`\alpha_i` rounds to 1."""
-    lse = torch.logsumexp(z, -1, keepdim=True)
-    alpha = torch.exp(z - lse)
-    small = alpha <= 0.5
+    :math:`\alpha_i \le 1/2`, ``log1p(-alpha)``; the one entry that can exceed 1/2 gets
+    :math:`\log \sum_{j \ne i} \alpha_j` as a log-sum-exp of the others'
+    :math:`\log\alpha_j`, exact even when :math:`\alpha_i` rounds to 1."""
+    log_alpha = torch.log_softmax(z, -1)
+    alpha = torch.exp(log_alpha)
+    big = alpha > 0.5  # at most one per row
     # (0 where not taken: log1p(-1) = -inf would give a NaN gradient through torch.where.)
-    below = torch.log1p(-torch.where(small, alpha, torch.zeros_like(alpha)))
-    with torch.no_grad():
-        top = torch.zeros_like(small).scatter(-1, z.argmax(-1, keepdim=True), True)
-    rest = torch.logsumexp(torch.where(top, torch.full_like(z, -torch.inf), z), -1, keepdim=True)
-    return alpha, torch.where(small, below, rest - lse)
+    below = torch.log1p(-alpha.masked_fill(big, 0.0))
+    others = torch.logsumexp(log_alpha.masked_fill(big, -torch.inf), -1, keepdim=True)
+    return alpha, torch.where(big, others, below)
 
 
 def relaxed_topk(keys: Tensor, k: int, *, tau: float = 1.0) -> Tensor:
