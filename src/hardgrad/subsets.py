@@ -112,8 +112,8 @@ def relaxed_topk(keys: Tensor, k: int, *, tau: float = 1.0) -> Tensor:
     :math:`\log(1 - \alpha)` is computed without forming :math:`1 - \alpha` (for the
     largest entry, :math:`\log\sum_{j\ne i} e^{w_j/\tau} - \log\sum_j e^{w_j/\tau}`),
     so keys any distance apart are right in every dtype (with ``1 - alpha`` floored at the
-    smallest normal number, float32 picked the top key again once keys were ~90 temperatures
-    apart). In float32 for half types (rounded once at the end); infinite keys act as
+    smallest normal number, float32 gave a key more than ~87 above the rest, minus the log
+    of that number, the weight of several rounds). In float32 for half types (rounded once at the end); infinite keys act as
     :math:`\pm` a quarter of the dtype's maximum (as do :math:`w/\tau` beyond it).
 
     Args:
