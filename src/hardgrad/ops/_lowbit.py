@@ -24,7 +24,6 @@ from ._autograd import (
     forward_mode,
     records_value_natively,
 )
-from ._quantize_args import check_dense
 
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
@@ -95,8 +94,7 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
         >>> y.sum().backward(); w.grad
         tensor([1., 1., 1., 1.])
     """
-    check_dense(w, "w")
-    check_floating(w, "w")
+    check_floating(w, "w")  # (dense: sparse and nested tensors are a TypeError)
     t = check_positive(threshold, "threshold")
     dims: tuple[int, ...] | None = None
     if per_channel_dim is not None:
@@ -199,8 +197,7 @@ def stochastic_round(x: Tensor, generator: torch.Generator | None = None) -> Ten
         >>> y.sum().backward(); x.grad[:3]
         tensor([1., 1., 1.])
     """
-    check_dense(x, "x")
-    check_floating(x, "x")
+    check_floating(x, "x")  # (dense: sparse and nested tensors are a TypeError)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(
             f"Expected `generator` to be a torch.Generator or None, but found "

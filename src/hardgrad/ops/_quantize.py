@@ -24,6 +24,7 @@ from .._kernels import (
 )
 from .._validation import (
     check_broadcastable_to,
+    check_dense,
     check_floating,
     check_int,
     check_normal,
@@ -45,7 +46,7 @@ from ._autograd import (
     masked,
     plain_apply,
 )
-from ._quantize_args import as_number, check_dense, check_finite_number
+from ._quantize_args import as_number, check_finite_number
 from ._quantize_checks import _check_grid_fits, _check_in_range, _check_tensor_grid
 from ._quantize_grid import (
     _affine_partials,

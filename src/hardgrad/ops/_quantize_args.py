@@ -1,5 +1,5 @@
-"""Argument forms shared by :func:`hardgrad.quantize` and the low-bit ops: NumPy numbers
-taken as Python numbers, dense (strided, not nested) tensors only, and a finite zero point.
+"""Argument forms of :func:`hardgrad.quantize`: NumPy numbers taken as Python numbers, and
+a finite zero point (the dense-tensor check is :func:`hardgrad._validation.check_dense`).
 
 Kept apart from :mod:`hardgrad.ops._quantize`, whose call paths are timed to the
 microsecond: each helper here costs an attribute read or two on the common path."""
@@ -9,11 +9,6 @@ from __future__ import annotations
 import math
 import numbers
 from typing import Any
-
-import torch
-from torch import Tensor
-
-from .. import _validation
 
 
 def as_number(value: Any) -> Any:
@@ -33,27 +28,6 @@ def as_number(value: Any) -> Any:
     if value.dtype.kind == "f":
         return float(value)
     return value  # (bool, complex, object, str: refused by the caller)
-
-
-def check_dense(x: Any, name: str) -> None:
-    """``TypeError`` naming ``name`` for a sparse (COO, CSR, CSC, BSR, BSC) or nested
-    ``x``: the quantizers compute elementwise on a dense tensor's values (a sparse tensor's
-    implicit zeros and a nested tensor's ragged rows have no such form here). The central
-    check of :mod:`hardgrad._validation` is used where it exists."""
-    central = getattr(_validation, "check_dense", None)
-    if central is not None:
-        central(x, name)
-        return
-    if not isinstance(x, Tensor):
-        return  # (the caller's type check names what was found)
-    if x.is_nested:
-        raise TypeError(
-            f"Expected `{name}` to be a dense (strided) tensor, but found a nested tensor"
-        )
-    if x.layout != torch.strided:
-        raise TypeError(
-            f"Expected `{name}` to be a dense (strided) tensor, but found layout={x.layout}"
-        )
 
 
 def check_finite_number(value: Any, name: str) -> float:
