@@ -231,3 +231,16 @@ def test_saved_input_modified_in_place_is_detected_or_harmless(
         return
     for got, expected in zip(modified, _quantize_grads(*args, modify="none"), strict=True):
         assert torch.equal(got, expected)
+
+
+def test_numpy_settings_of_grad_scale_and_ternarize():
+    x = torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
+    scale = torch.tensor(0.1, requires_grad=True)
+    hg.quantize(x, scale, grad_scale=np.array(0.5)).sum().backward()
+    expected = torch.tensor(0.1, requires_grad=True)
+    hg.quantize(x, expected, grad_scale=0.5).sum().backward()
+    assert torch.equal(scale.grad, expected.grad)
+    assert torch.equal(
+        hg.ternarize(x, threshold=np.array(0.7), per_channel_dim=np.array(0)),
+        hg.ternarize(x, threshold=0.7, per_channel_dim=0),
+    )

@@ -24,6 +24,7 @@ from ._autograd import (
     forward_mode,
     records_value_natively,
 )
+from ._quantize_args import as_number
 
 #: float32 counts every integer up to 2**24 exactly; larger slices are counted in float64.
 _EXACT_FLOAT32_COUNT = 2**24
@@ -95,10 +96,10 @@ def ternarize(w: Tensor, *, threshold: float = 0.7, per_channel_dim: int | None 
         tensor([1., 1., 1., 1.])
     """
     check_floating(w, "w")  # (dense: sparse and nested tensors are a TypeError)
-    t = check_positive(threshold, "threshold")
+    t = check_positive(as_number(threshold), "threshold")
     dims: tuple[int, ...] | None = None
     if per_channel_dim is not None:
-        dim = check_int(per_channel_dim, "per_channel_dim")
+        dim = check_int(as_number(per_channel_dim), "per_channel_dim")
         if not -w.dim() <= dim < w.dim():
             raise ValueError(
                 f"Expected `per_channel_dim` in [{-w.dim()}, {w.dim() - 1}] for a {w.dim()}-dim "

@@ -795,7 +795,7 @@ def quantize(
             f"Expected `quant_min` < `quant_max`, but found quant_min={quant_min}, "
             f"quant_max={quant_max}"
         )
-    factor = 1.0 if grad_scale is None else check_positive(grad_scale, "grad_scale")
+    factor = 1.0 if grad_scale is None else check_positive(as_number(grad_scale), "grad_scale")
     if isinstance(scale, Tensor):
         check_floating(scale, "scale")
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
