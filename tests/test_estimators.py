@@ -867,6 +867,8 @@ def compile_rows() -> torch.Tensor:
             [INF, 0.0, -INF],
             [INF, INF, 0.0],
             [-INF, 3e38, -INF],
+            [3e38, 3e38, 3e38],  # (drawn by the noise only once shifted: compiled = eager)
+            [1e7, 1e7, -1e7],
             [-INF, 1.0, 2.0],
             [1e4, 1e4, -1e4],
             [1e-3, -2e-3, 0.5e-3],

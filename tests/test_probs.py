@@ -658,15 +658,17 @@ def test_reinforce_categorical_zero_class(baseline):
 
 
 def test_arm_end_point_coordinate_is_zero_where_the_chain_rule_is_infinite():
-    """Two variables, one at p = 0 and one at 1/2: the logits-space ARM term of the first
-    is (f(b) - f(b~)) (u - 1/2), nonzero whenever the second variable's pair differs, and
-    1/(p(1-p)) is infinite; hardgrad gives 0 there, and the chain rule at the other."""
+    """Two variables, one at p = 0 and one at 1/2: ARM's formula for the first, (f(b) -
+    f(b~)) (u - 1/2), is nonzero whenever the second variable's pair differs, and
+    1/(p(1-p)) is infinite; hardgrad gives its conditional mean given the pair, 0, there
+    (with probs, and with logits where sigma(theta) is exactly 0 or 1: issue 38), and the
+    chain rule at the other."""
     p = torch.tensor([[0.0, 0.5]], dtype=torch.float64, requires_grad=True)
     f = lambda b: (b * torch.tensor([1.0, 2.0], dtype=b.dtype)).sum(-1).square()  # noqa: E731
     hg.expectation(f, probs=p, estimator="arm", num_samples=64, generator=_seed(7)).backward()
     logits = torch.tensor([[-1e300, 0.0]], dtype=torch.float64, requires_grad=True)
     hg.expectation(f, logits, estimator="arm", num_samples=64, generator=_seed(7)).backward()
-    assert logits.grad[0, 0] != 0  # the divergent term is there
+    assert logits.grad[0, 0] == 0  # sigma(-1e300) = 0 exactly: the term's mean, 0
     torch.testing.assert_close(
         p.grad, torch.tensor([[0.0, 4.0 * float(logits.grad[0, 1])]]).double()
     )
