@@ -264,3 +264,13 @@ def test_a_missing_bench_extra_in_a_fresh_interpreter(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert INSTALL in done.stderr and "scikit-learn" in done.stderr, done.stderr
+
+
+def test_task_modules_names_every_registered_task_in_order() -> None:
+    # The parser reads task names from TASK_MODULES (no task imported for --help): it must
+    # be exactly the registry, in its order, and each task filed by the module named.
+    from hardgrad import bench
+
+    assert tuple(bench.TASK_MODULES) == TASKS.names()
+    for name, module in bench.TASK_MODULES.items():
+        assert TASKS.get(name).run.__module__ == f"hardgrad.bench.{module}", name

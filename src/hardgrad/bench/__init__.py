@@ -1,38 +1,76 @@
 """Benchmarks and the command line (``hardgrad bench``, ``hardgrad list``).
 
-Every task registers itself in :data:`TASKS` (see :func:`task`); this package imports the
-task modules so that the registry is complete. Nothing in :mod:`hardgrad` imports this
-package.
+Every task registers itself in :data:`TASKS` (see :func:`task`); reading ``TASKS`` from
+this package imports every task module of :data:`TASK_MODULES` so that the registry is
+complete. Importing the package itself imports neither torch nor a task (the command line's
+``--help`` stays fast). Nothing in :mod:`hardgrad` imports this package.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from . import _task
+from ._task import BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
 
-# Task modules register themselves on import (registration order = import order); add new
-# ones in the order of DESIGN.md (toy, poly, vae-categorical, vae-bernoulli, qat, speed).
-# isort: off
-from . import toy
-from . import poly
-from . import vae_categorical
-from . import vae_bernoulli
-from . import qat
-from . import speed
-from . import vq
-from . import models
-from . import moe
-from . import shortest_path
-from . import l0
-from . import ranking
-from . import snn
+if TYPE_CHECKING:
+    from .._registry import Registry
 
-# isort: on
-from ._task import TASKS, BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
+#: Every task's name -> the module that registers it, in the order of DESIGN.md (toy, poly,
+#: vae-categorical, vae-bernoulli, qat, speed, ...). The command line reads the names from
+#: here without importing torch or the task modules (``hardgrad --help`` stays fast); the
+#: modules are imported, in this order, when :data:`TASKS` is first read.
+#: ``tests/test_cli.py`` checks that it names exactly the registered tasks.
+TASK_MODULES: dict[str, str] = {
+    "toy": "toy",
+    "poly": "poly",
+    "vae-categorical": "vae_categorical",
+    "vae-bernoulli": "vae_bernoulli",
+    "qat": "qat",
+    "speed": "speed",
+    "vq": "vq",
+    "models": "models",
+    "moe": "moe",
+    "shortest-path": "shortest_path",
+    "l0": "l0",
+    "ranking": "ranking",
+    "snn": "snn",
+}
+
+_LAZY_MODULES = frozenset(TASK_MODULES.values()) | {"data", "plots", "report", "cli"}
+
+
+def _all_tasks() -> Registry[Task]:
+    """:data:`TASKS` with every task module imported, in :data:`TASK_MODULES`' order."""
+    for module in TASK_MODULES.values():
+        importlib.import_module(f"{__name__}.{module}")
+    registry = _task.TASKS
+    order = {name: i for i, name in enumerate(TASK_MODULES)}
+    if list(registry.names()) != sorted(registry.names(), key=lambda n: order.get(n, len(order))):
+        # a task module imported on its own before the others registered out of order
+        entries = dict(registry.items())
+        registry._entries = {
+            n: entries[n] for n in sorted(entries, key=lambda n: order.get(n, len(order)))
+        }
+    return registry
+
+
+def __getattr__(name: str) -> Any:
+    """``TASKS`` (every task registered) and the task modules, imported on first use."""
+    if name == "TASKS":
+        return _all_tasks()
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "TASKS",
@@ -78,11 +116,14 @@ def run_tasks(
     """
     import io
 
+    import torch
+
     from . import _distributed
     from .report import PlainProgress, make_progress, write_results
 
-    chosen = list(names) or list(TASKS.names())
-    tasks = [TASKS.get(name, "task") for name in chosen]
+    registry = _all_tasks()
+    chosen = list(names) or list(registry.names())
+    tasks = [registry.get(name, "task") for name in chosen]
     already_in_group = torch.distributed.is_available() and torch.distributed.is_initialized()
     _distributed.setup(settings.device)  # under torchrun: join the ranks' process group
     settings = dataclasses.replace(settings, device=_distributed.local_device(settings.device))

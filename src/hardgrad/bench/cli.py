@@ -26,12 +26,13 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
-
-import torch
+from typing import IO, TYPE_CHECKING, Any
 
 from .._registry import Registry
 from .._version import __version__
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["build_parser", "main"]
 
@@ -160,15 +161,17 @@ def _check_seed(parser: argparse.ArgumentParser, seed: int) -> None:
 #: The device types benchmarks run on (a tensor there must compute real values; ``meta``
 #: has none), each with the check that the backend is there.
 _DEVICE_TYPES = {
-    "cpu": lambda: True,
-    "cuda": lambda: torch.cuda.is_available(),
-    "mps": lambda: torch.backends.mps.is_available(),
-    "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available(),
+    "cpu": lambda torch: True,
+    "cuda": lambda torch: torch.cuda.is_available(),
+    "mps": lambda torch: torch.backends.mps.is_available(),
+    "xpu": lambda torch: hasattr(torch, "xpu") and torch.xpu.is_available(),
 }
 
 
 def _check_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
     """The ``--device`` as a torch device, or a usage error naming the option."""
+    import torch
+
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError) as error:
@@ -179,7 +182,7 @@ def _check_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
             f"--device {text!r}: benchmarks compute real values, on one of "
             f"{', '.join(_DEVICE_TYPES)}; found the device type {device.type!r}"
         )
-    if not available():
+    if not available(torch):
         parser.error(f"--device {text!r}: {device.type.upper()} is not available")
     return device
 
@@ -294,9 +297,25 @@ def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _torch_version() -> str:
+    """The installed torch's version, from its package metadata (torch not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:  # e.g. a source build on the path
+        import torch
+
+        return str(torch.__version__)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``hardgrad`` command."""
-    from . import TASKS
+    """The argument parser of the ``hardgrad`` command.
+
+    Built from light metadata only (the task names of :data:`~hardgrad.bench.TASK_MODULES`,
+    torch's version from its package metadata), so that ``hardgrad --help`` imports neither
+    torch nor a benchmark module."""
+    from . import TASK_MODULES
 
     parser = argparse.ArgumentParser(
         prog="hardgrad",
@@ -305,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"hardgrad {__version__} (torch {torch.__version__})",
+        version=f"hardgrad {__version__} (torch {_torch_version()})",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -317,13 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="run benchmark tasks",
         description="Run benchmark tasks: progress on stderr, tables on stdout.",
-        epilog="tasks: " + ", ".join(f"{n} ({t.summary})" for n, t in TASKS.items()),
+        epilog="`hardgrad list` says what each task does.",
     )
     bench.add_argument(
         "tasks",
         nargs="*",
         metavar="TASK",
-        help=f"tasks to run (default: all of {', '.join(TASKS.names())})",
+        help=f"tasks to run (default: all of {', '.join(TASK_MODULES)})",
     )
     bench.add_argument("--quick", action="store_true", help="the reduced setting (minutes)")
     bench.add_argument(

@@ -1,0 +1,104 @@
+"""What ``import hardgrad`` and ``hardgrad --help`` import (issue 41, item 5).
+
+``import hardgrad`` cost about 2 s on top of ``import torch`` (``torch._dynamo`` and sympy
+pulled in by decorators in module bodies), and ``hardgrad --help`` took 4-5 s: it imported
+torch, every submodule and every benchmark task to build its parser. Now ``import hardgrad``
+imports its submodules on first use, and the parser is built from light metadata. Times are
+not asserted here (a loaded machine makes them noise); the imports that made them are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import hardgrad
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Modules that cost a second or more to import and that nothing needs before it is used.
+HEAVY = ("torch._dynamo", "torch._inductor", "sympy", "matplotlib", "rich", "scipy", "sklearn")
+
+
+def _modules_after(code: str) -> dict[str, list[str]]:
+    """Run ``code`` in a fresh interpreter; it prints a JSON object, returned here."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYTHONWARNINGS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_import_hardgrad_pulls_in_no_heavy_module_until_used() -> None:
+    found = _modules_after(f"""\
+        import json, sys
+        HEAVY = {HEAVY!r}
+        def loaded(names):
+            return sorted(m for m in names if m in sys.modules)
+        out = {{}}
+        import hardgrad
+        out["bare"] = loaded((*HEAVY, "torch", "hardgrad.ops", "hardgrad.diagnostics"))
+        import torch
+        out["torch"] = loaded(HEAVY)
+        for name in hardgrad.__all__:  # every public name, every submodule imported
+            getattr(hardgrad, name)
+        out["all"] = loaded(HEAVY)
+        x = torch.tensor([0.4, 1.6], requires_grad=True)
+        hardgrad.round(x).sum().backward()
+        hardgrad.stochastic_round(x).sum().backward()
+        out["used"] = loaded(HEAVY)
+        print(json.dumps(out))
+        """)
+    # Bare `import hardgrad` imports not even torch (the CLI's --help relies on it). (Some
+    # uses do import torch._dynamo: torch.func.vjp, which sort's backward calls, imports it
+    # itself, and so does the first call of a `compiler_disabled` function.)
+    assert found == {"bare": [], "torch": [], "all": [], "used": []}
+
+
+def test_hardgrad_help_and_version_import_neither_torch_nor_a_task() -> None:
+    found = _modules_after(f"""\
+        import contextlib, io, json, sys
+        from hardgrad.bench.cli import main
+        codes = []
+        for argv in (["--help"], ["bench", "--help"], ["audit", "--help"], ["--version"]):
+            with contextlib.redirect_stdout(io.StringIO()):
+                codes.append(main(argv))
+        heavy = {HEAVY!r} + ("torch", "hardgrad.bench.toy", "hardgrad.bench.speed")
+        print(json.dumps({{"codes": codes, "loaded": sorted(m for m in heavy if m in sys.modules)}}))
+        """)
+    assert found == {"codes": [0, 0, 0, 0], "loaded": []}
+
+
+def test_every_public_name_resolves_to_its_module_object() -> None:
+    # The lazy table in hardgrad/__init__.py is a hand list: it must name exactly __all__
+    # (less __version__) and give the very objects the submodules define.
+    lazy = set(hardgrad._SUBMODULES) | set(hardgrad._FROM)
+    assert lazy == set(hardgrad.__all__) - {"__version__"}
+    assert len(hardgrad.__all__) == len(set(hardgrad.__all__))
+    for name in hardgrad._SUBMODULES:
+        assert getattr(hardgrad, name) is importlib.import_module(f"hardgrad.{name}")
+    for name, module in hardgrad._FROM.items():
+        source = importlib.import_module(module, "hardgrad")
+        assert getattr(hardgrad, name) is getattr(source, name), name
+    assert set(hardgrad.__all__) <= set(dir(hardgrad))
+
+
+def test_an_unknown_attribute_is_an_attribute_error() -> None:
+    try:
+        hardgrad.no_such_name  # noqa: B018
+    except AttributeError as error:
+        assert "no_such_name" in str(error)
+    else:  # pragma: no cover
+        raise AssertionError("hardgrad.no_such_name did not raise")
