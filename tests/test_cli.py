@@ -274,3 +274,69 @@ def test_task_modules_names_every_registered_task_in_order() -> None:
     assert tuple(bench.TASK_MODULES) == TASKS.names()
     for name, module in bench.TASK_MODULES.items():
         assert TASKS.get(name).run.__module__ == f"hardgrad.bench.{module}", name
+
+
+# --------------------------------------------------------------------------------------
+# Every capability is findable (issue 41, item 2): `hardgrad list`, the README's table and
+# the docs name every public name and task. They omitted VQ, MoE routing, sorting,
+# solvers, subsets, the QAT and binary layers, LIF, and the benchmarks guide the vq task.
+# --------------------------------------------------------------------------------------
+
+
+def test_list_names_every_public_name_grouped_by_family(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hardgrad.bench._catalog import FAMILIES, OTHER, by_family, public_entries
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    words = set(out.split())
+    groups = by_family()
+    assert [f for f, _ in groups] == list(FAMILIES), "a public name belongs to no family"
+    assert all(entries for _, entries in groups), [f.title for f, e in groups if not e]
+    shown_by_registry = {id(o) for _, o in SURROGATES.items()} | {id(OPS), id(SURROGATES)}
+    for entry in public_entries():
+        if entry.path.startswith("hg.") and entry.path[3:] in OPS:
+            assert entry.path[3:] in words  # in the ops block, by its registry name
+        elif id(entry.obj) not in shown_by_registry and not entry.path.startswith("hg.estimators."):
+            assert entry.path in words, entry.path
+    for family in FAMILIES:
+        assert family.title in out
+    assert OTHER.title + " [" not in out
+    for capability in ("LIF", "PACT", "QuantLinear", "BinaryLinear", "VectorQuantize", "FSQ"):
+        assert f"hg.nn.{capability}" in words
+    for capability in ("hg.imle", "hg.perturbed", "hg.blackbox", "hg.subset", "hg.sort"):
+        assert capability in words
+    assert "hg.vq.rotation_gradient" in words and "hg.topk_route" in words
+
+
+def test_every_family_has_docs_pages_that_exist_and_the_docs_index_links_it() -> None:
+    import re
+
+    from hardgrad.bench._catalog import FAMILIES
+
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\{doc\}`([^`]+)`", index))
+    for family in FAMILIES:
+        assert family.guides, family.title
+        for page in family.guides:
+            assert (ROOT / "docs" / f"{page}.md").is_file(), page
+        assert linked & set(family.guides), (family.title, family.guides)
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    from hardgrad.bench._catalog import readme_table
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme_table() in readme, (
+        "README.md's table of families is stale: replace it with the output of "
+        "`python -m hardgrad.bench._catalog`"
+    )
+
+
+def test_benchmarks_guide_names_every_task_in_order() -> None:
+    import re
+
+    guide = (ROOT / "docs" / "guides" / "benchmarks.md").read_text()
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", guide, flags=re.MULTILINE)
+    assert tuple(rows) == TASKS.names()

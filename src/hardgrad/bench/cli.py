@@ -2,8 +2,9 @@
 
 Subcommands:
 
-* ``hardgrad list``: ops, surrogates, estimators and benchmark tasks, one line each, all
-  read from their registries.
+* ``hardgrad list``: every public name of hardgrad, one line each, grouped by family
+  (:mod:`hardgrad.bench._catalog`), with the ops, surrogates and estimators read from their
+  registries, and the benchmark tasks.
 * ``hardgrad bench [TASK ...] [--quick] [--out DIR] [--seed N] [--device D]``: run
   benchmark tasks (all of them when none is named); progress on stderr, result tables on
   stdout, ``DIR/results.json`` and ``DIR/report.md`` (and plots) with ``--out``.
@@ -20,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
 import os
-import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -39,24 +40,57 @@ __all__ = ["build_parser", "main"]
 
 def _plain(text: str) -> str:
     """reStructuredText roles and literals as plain text: ``:math:`x` `` -> ``x``."""
-    text = re.sub(r":[a-z]+:`([^`]*)`", r"\1", text)
-    return text.replace("``", "")
+    from ._catalog import plain
+
+    return plain(text)
 
 
 def _first_line(obj: Any) -> str:
-    doc = inspect.getdoc(obj) or ""
-    lines = doc.strip().splitlines()
-    return _plain(lines[0].strip()) if lines else ""
+    """The first paragraph of ``obj``'s docstring on one line."""
+    from ._catalog import summary
+
+    return summary(obj)
 
 
 def _columns(rows: Iterable[Sequence[str]], out: IO[str], indent: str = "  ") -> None:
+    """Aligned columns; on a terminal the last one is wrapped to its width (nothing is cut
+    short), piped it is printed whole on one line."""
     rows = [list(r) for r in rows]
     if not rows:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    width = shutil.get_terminal_size().columns if _is_terminal(out) else 0
     for row in rows:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)] + [row[-1]]
-        print(indent + "  ".join(cells).rstrip(), file=out)
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        head = indent + "  ".join(cells) + ("  " if cells else "")
+        last = row[-1]
+        if width and len(head) + len(last) > width:
+            room = width - len(head)
+            if room < _MIN_WRAP:  # too narrow beside the names: the text on its own lines
+                print(head.rstrip(), file=out)
+                head, room = indent + "    ", max(width - len(indent) - 4, _MIN_WRAP)
+            lines = textwrap.wrap(last, room, break_on_hyphens=False) or [""]
+            print(head + lines[0], file=out)
+            for line in lines[1:]:
+                print(" " * len(head) + line, file=out)
+        else:
+            print((head + last).rstrip(), file=out)
+
+
+def _heading(text: str, out: IO[str]) -> None:
+    """``text`` on its own lines, wrapped to the terminal's width on a terminal."""
+    width = shutil.get_terminal_size().columns if _is_terminal(out) else 0
+    for line in textwrap.wrap(text, width, subsequent_indent="  ") if width else [text]:
+        print(line, file=out)
+
+
+#: The least width the last column of ``hardgrad list`` is wrapped to beside the others.
+_MIN_WRAP = 24
+
+
+def _is_terminal(out: IO[str]) -> bool:
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def _estimator_registry() -> Registry[Any] | None:
@@ -80,53 +114,72 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ..ops import OPS
     from ..surrogates import SURROGATES
     from . import TASKS
+    from ._catalog import by_family, summary
 
     out = sys.stdout
-    print("Ops (hardgrad.<name>; hardgrad.ops.OPS):", file=out)
+    registry = _estimator_registry()
+    # Entries shown by a registry's own block are not repeated in their family's list.
+    shown = {id(OPS), id(SURROGATES), id(registry)}
+    shown.update(id(cls) for _, cls in SURROGATES.items())
+    shown.update(id(entry) for _, entry in (registry.items() if registry is not None else ()))
+    import hardgrad
+
+    shown.update(id(getattr(hardgrad, name)) for name in OPS.names() if name in hardgrad.__all__)
+    _heading("hardgrad's public names by family (hg = hardgrad); docs pages in brackets.", out)
+    for family, entries in by_family():
+        print(file=out)
+        _heading(f"{family.title} [{', '.join(family.guides)}]:", out)
+        if any(e.path == "hg.ops.OPS" for e in entries):
+            print("  Ops (hg.<name>; hg.ops.OPS):", file=out)
+            _columns((_op_row(name, spec) for name, spec in OPS.items()), out, "    ")
+        if any(e.path == "hg.surrogates.SURROGATES" for e in entries):
+            print("  Surrogates (surrogate=NAME; hg.surrogates.SURROGATES):", file=out)
+            _columns(
+                (
+                    [name, cls.__name__, f"[{', '.join(sorted(cls.applies_to))}]", _first_line(cls)]
+                    for name, cls in SURROGATES.items()
+                ),
+                out,
+                "    ",
+            )
+        if family.title.startswith("Stochastic"):
+            _list_estimators(registry, out)
+        rest = [[e.path, summary(e.obj)] for e in entries if id(e.obj) not in shown]
+        if rest and len(rest) < len(entries):
+            print("  Also:", file=out)
+        _columns(rest, out, "    " if len(rest) < len(entries) else "  ")
+    print("\nBenchmark tasks (hardgrad bench TASK) [guides/benchmarks]:", file=out)
+    _columns(([name, t.summary] for name, t in TASKS.items()), out)
+    return 0
+
+
+def _op_row(name: str, spec: Any) -> list[str]:
+    family = f"[{spec.family or 'selection'}"
+    if spec.default_surrogate:
+        family += f", default surrogate {spec.default_surrogate!r}]"
+    else:
+        family += "]"
+    return [name, family, _plain(spec.summary)]
+
+
+def _list_estimators(registry: Registry[Any] | None, out: IO[str]) -> None:
+    print("  Estimators (estimator=NAME; hg.estimators.ESTIMATORS):", file=out)
+    if registry is None or len(registry) == 0:
+        print("    (none yet: this version of hardgrad has no estimator registry)", file=out)
+        return
     _columns(
         (
             [
                 name,
-                f"[{spec.family or 'selection'}"
-                + (
-                    f", default surrogate {spec.default_surrogate!r}]"
-                    if spec.default_surrogate
-                    else "]"
-                ),
-                _plain(spec.summary),
+                getattr(entry, "__name__", type(entry).__name__),
+                _estimator_kind(entry),
+                _first_line(entry),
             ]
-            for name, spec in OPS.items()
+            for name, entry in registry.items()
         ),
         out,
+        "    ",
     )
-    print("\nSurrogates (surrogate=NAME; hardgrad.surrogates.SURROGATES):", file=out)
-    _columns(
-        (
-            [name, cls.__name__, f"[{', '.join(sorted(cls.applies_to))}]", _first_line(cls)]
-            for name, cls in SURROGATES.items()
-        ),
-        out,
-    )
-    print("\nEstimators (estimator=NAME; hardgrad.estimators):", file=out)
-    registry = _estimator_registry()
-    if registry is None or len(registry) == 0:
-        print("  (none yet: this version of hardgrad has no estimator registry)", file=out)
-    else:
-        _columns(
-            (
-                [
-                    name,
-                    getattr(entry, "__name__", type(entry).__name__),
-                    _estimator_kind(entry),
-                    _first_line(entry),
-                ]
-                for name, entry in registry.items()
-            ),
-            out,
-        )
-    print("\nBenchmark tasks (hardgrad bench TASK):", file=out)
-    _columns(([name, t.summary] for name, t in TASKS.items()), out)
-    return 0
 
 
 def _estimator_kind(entry: object) -> str:
@@ -329,7 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    listing = commands.add_parser("list", help="list ops, surrogates, estimators and tasks")
+    listing = commands.add_parser(
+        "list",
+        help="list every public name by family (ops, surrogates, estimators, ...) and the tasks",
+    )
     listing.set_defaults(handler=_list)
 
     bench = commands.add_parser(

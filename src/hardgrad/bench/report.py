@@ -172,22 +172,118 @@ def print_result(result: TaskResult, stream: IO[str] | None = None) -> None:
     out.flush()
 
 
-def _print_rich(result: TaskResult) -> None:
+#: A text column is folded down to this width (or its longest cell, if shorter) at most;
+#: when the columns do not fit so, the table is printed in parts of fewer columns.
+_MIN_TEXT_WIDTH = 14
+#: Characters between two columns of a rich table (padding and the blank separator), and
+#: at its two edges together.
+_GAP = 3
+_EDGES = 2
+
+
+def _column_needs(table: Table) -> tuple[list[int], list[int]]:
+    """Each column's natural width (its longest cell or header) and the least it may be
+    given: a numeric column its longest cell (a number is never broken), a text column
+    :data:`_MIN_TEXT_WIDTH` or its longest cell if shorter (text folds)."""
+    natural, needs = [], []
+    for i, column in enumerate(table.columns):
+        values = [len(row[i]) for row in table.rows]
+        header = max((len(word) for word in column.split()), default=1)
+        natural.append(max([*values, len(column), 1]))
+        if _is_numeric_column([row[i] for row in table.rows]):
+            needs.append(max([*values, min(header, _MIN_TEXT_WIDTH), 1]))
+        else:
+            needs.append(min(max([*values, header, 1]), _MIN_TEXT_WIDTH))
+    return natural, needs
+
+
+def _column_parts(table: Table, width: int) -> list[list[tuple[int, int]]]:
+    """The ``(column index, width)`` pairs of each part ``table`` is printed in so that
+    every line fits ``width`` characters.
+
+    Every part starts with the first column (the row's name). Columns go into a part while
+    their least widths (see :func:`_column_needs`) fit; then the widest columns of the part
+    are narrowed, never below their least width, until the part fits. A column too wide
+    even for a part of its own with the first column is folded there as far as it takes.
+    """
+    natural, needs = _column_needs(table)
+    soft = [  # a column with its header wrapped at spaces
+        max([len(row[i]) for row in table.rows] + [len(w) for w in column.split()] + [1])
+        for i, column in enumerate(table.columns)
+    ]
+    parts: list[list[int]] = []
+    current = [0]
+    used = needs[0] + _EDGES
+    for i in range(1, len(needs)):
+        if len(current) > 1 and used + _GAP + needs[i] > width:
+            parts.append(current)
+            current, used = [0], needs[0] + _EDGES
+        current.append(i)
+        used += _GAP + needs[i]
+    parts.append(current)
+    laid_out = []
+    for part in parts:
+        widths = {i: natural[i] for i in part}
+        room = width - _EDGES - _GAP * (len(part) - 1)
+        floor = {i: needs[i] for i in part}
+        if sum(floor.values()) > room:  # a part of two columns that cannot fit: fold more
+            floor = {i: 1 if not _is_numeric(table, i) else needs[i] for i in part}
+        # First wrap headers at their spaces, then narrow the widest columns.
+        for i in part:
+            excess = sum(widths.values()) - room
+            if excess > 0:
+                widths[i] -= min(excess, max(0, widths[i] - max(soft[i], floor[i])))
+        while sum(widths.values()) > room:
+            i = max((i for i in part if widths[i] > floor[i]), key=widths.__getitem__, default=None)
+            if i is None:
+                break
+            widths[i] -= 1
+        laid_out.append([(i, widths[i]) for i in part])
+    return laid_out
+
+
+def _is_numeric(table: Table, i: int) -> bool:
+    return _is_numeric_column([row[i] for row in table.rows])
+
+
+def _is_numeric_column(values: Sequence[str]) -> bool:
+    return bool(values) and all(_looks_numeric(v) or v in ("", "-", "n/a") for v in values)
+
+
+def _print_rich(result: TaskResult, console: Any = None) -> None:
+    """``result`` as rich tables that fit the console's width: a text cell too wide for its
+    column is folded onto more lines and a table too wide is printed in parts (each with
+    the first column); no cell is cut short with an ellipsis and no number is broken."""
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
-    console = Console()
-    console.rule(f"[bold]{result.name}[/bold]: {result.summary}")
+    console = console if console is not None else Console()
+    heading = f"{result.name}: {result.summary}"
+    if len(heading) + 4 <= console.width:
+        console.rule(f"[bold]{escape(result.name)}[/bold]: {escape(result.summary)}")
+    else:  # a rule would cut the heading short: print it whole, wrapped
+        console.print(heading, style="bold", markup=False, highlight=False)
     for table in result.tables:
-        rich_table = RichTable(title=table.title, title_justify="left")
-        for i, column in enumerate(table.columns):
-            numeric = bool(table.rows) and all(
-                _looks_numeric(row[i]) or row[i] in ("", "-", "n/a") for row in table.rows
+        parts = _column_parts(table, console.width)
+        for k, indices in enumerate(parts):
+            title = table.title
+            if len(parts) > 1:
+                title += f" (part {k + 1} of {len(parts)})"
+            rich_table = RichTable(
+                title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
             )
-            rich_table.add_column(column, justify="right" if numeric else "left")
-        for row in table.rows:
-            rich_table.add_row(*row)
-        console.print(rich_table)
+            for i, column_width in indices:
+                rich_table.add_column(
+                    table.columns[i],
+                    justify="right" if _is_numeric(table, i) else "left",
+                    overflow="fold",
+                    width=column_width,
+                )
+            for row in table.rows:
+                rich_table.add_row(*(row[i] for i, _ in indices))
+            console.print(rich_table)
         for note in table.notes:
             console.print(f"  • {note}", markup=False, highlight=False)
     for note in result.notes:
