@@ -11,7 +11,13 @@ when the block ends every finding gets a severity:
 * ``"problem"``: gradient cannot reach something that should be trained. The loss's
   gradient runs into a zero derivative with no way around it, or a trainable tensor got
   no gradient and the watched calls that cut it off are named, each with a fix that keeps
-  your estimator;
+  your estimator; or one term of the loss (the loss is split at its top-level sums, per
+  backward) depends on a trained tensor only through cuts (an ``argmin``/``topk`` index, a
+  draw, a ``.data`` read, a zero derivative) while another term gives that tensor its
+  gradient: a VQ-VAE without its straight-through line, top-k experts mixed with fixed
+  gates, a policy term without ``log_prob`` beside an entropy bonus. An explicit
+  ``detach()`` is intent and stays a note; a mask beside a gradient path into the same
+  term (``x * (x > 0)``) is silent;
 * ``"note"``: deliberate stop-gradients (the straight-through detach trick, a VQ loss's
   ``sg[.]``, an RL baseline), draws trained through ``log_prob``, values written through
   ``.data``, and the parameters that a problem reported elsewhere leaves without gradient.
@@ -62,7 +68,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from ._audit_judge import judge
-from ._audit_recorder import AuditMode, Recorder
+from ._audit_mode import AuditMode
+from ._audit_recorder import Recorder
 from ._audit_report import AuditReport, Finding, normalise_ignore
 
 __all__ = ["AuditReport", "Finding", "audit"]

@@ -76,7 +76,21 @@ _DATA_SET_NOTES = {
 }
 
 
-def _prioritise(sites: list[Site]) -> list[Site]:
+def _prioritise(sites: list[Site], key: int | None = None) -> list[Site]:
+    """The causes to name among the cuts of one tensor (``key``): those a loss term is
+    known to depend on the tensor through, or else those whose backward an optimizer that
+    holds the tensor then stepped with (a GAN's generator step, not its discriminator
+    step); not a cut that lies behind another; then the first tier that has one."""
+    if key is not None:
+        for better in (
+            [s for s in sites if key in s.term_cut],
+            [s for s in sites if key in s.step_cut],
+        ):
+            if better:
+                sites = better
+                break
+    keys = {s.key for s in sites}
+    sites = [s for s in sites if not (s.upstream & keys)] or sites
     for tier in _TIERS:
         chosen = [s for s in sites if s.family in tier]
         if chosen:
@@ -197,7 +211,7 @@ class Judge:
         for key, outcome in self.untrained.items():
             if not self.should_train(key):
                 continue
-            causes = _prioritise(by_leaf.get(key, []))
+            causes = _prioritise(by_leaf.get(key, []), key)
             if not causes and key not in self.grad_params:
                 causes = self.no_grad_causes(key)
             for site in causes:
@@ -208,6 +222,23 @@ class Judge:
                 )
             if causes:
                 self.explained[key] = causes
+        for site in sites:  # a loss term that reads trained tensors only through this cut
+            hit = [
+                k
+                for k in site.term_cut
+                if self.should_train(k)
+                and k not in self.untrained
+                and k not in self.problems.get(site, ())
+            ]
+            if hit and site.family is not Family.DETACH:
+                terms = " and ".join(site.terms[:2])
+                self.blame(
+                    site,
+                    hit,
+                    f"{terms} of the loss depends on these only through this op, so its "
+                    "gradient never reaches them (they get gradient from the other terms "
+                    "only): {names}",
+                )
         if rec.failures:
             failed = [s for s in sites if s.failed and any(map(self.should_train, s.cut))]
             for site in _prioritise(failed):

@@ -76,10 +76,12 @@ TUPLE_INDICES: dict[str, str] = {
     "sort": "the sorted values keep a gradient, the indices do not: use the values, "
     "hg.rank(x) for ranks with a gradient (hg.sort(x) spreads the values' gradient like a "
     "soft sort), or hg.topk_mask(x, k) for a differentiable selection",
-    "topk": "the values keep a gradient, the indices do not: use the values, or "
-    "hg.topk_mask(x, k) for a differentiable selection, hg.subset(logits, k) for a random "
-    "k-subset; a top-k or other combinatorial solver inside a model: hg.imle(solver, k=k), "
-    "hg.perturbed(solver) or hg.blackbox(solver, lam=...)",
+    "topk": "the values keep a gradient, the indices do not: use the values (a "
+    "mixture-of-experts router: weight each chosen expert by its top-k probability, or let "
+    "hg.topk_route(logits, k) return gates with a gradient), or hg.topk_mask(x, k) for a "
+    "differentiable selection, hg.subset(logits, k) for a random k-subset; a top-k or other "
+    "combinatorial solver inside a model: hg.imle(solver, k=k), hg.perturbed(solver) or "
+    "hg.blackbox(solver, lam=...)",
     "max": "the values keep a gradient, the indices do not: use the values, or "
     "hg.one_hot_argmax(logits) for a one-hot choice with a softmax gradient",
     "min": "the values keep a gradient, the indices do not: use the values",

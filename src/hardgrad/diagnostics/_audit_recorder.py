@@ -20,19 +20,19 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from . import _audit_frames as frames
 from . import _audit_ops as ops
 from ._audit_graph import end_of, leaves_below, reach, straight_through_parts
+from ._audit_leaves import Leaf, grad_changed, grad_state
 from ._audit_ops import Family
+from ._audit_terms import Label, Taints
 
 #: How many occurrences of one site are resolved against a backward; later ones are only
 #: counted (the verdict is stable after a few steps, and a long run stays cheap).
@@ -84,6 +84,12 @@ class Site:
     trick: tuple[bool, str | None] | None = None  # detach trick, and the hard op
     values: str | None = None  # what a ``.data =`` wrote: "sign", "scaled sign", "integer"
     module: torch.nn.Module | None = None  # a module called under no_grad
+    #: Trainable tensors that a loss term depends on only through this cut (another term
+    #: may give them a gradient), and which terms; those cut off in a backward whose
+    #: gradient an optimizer holding them then stepped with.
+    term_cut: dict[int, torch.Tensor] = field(default_factory=dict)
+    terms: list[str] = field(default_factory=list)
+    step_cut: set[int] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -100,38 +106,6 @@ class Pending:
     out: Any  # the output's node, for a zero-derivative op
     leaves: dict[int, torch.Tensor]
     upstream: set[tuple[Any, ...]]
-
-
-GradState = tuple["weakref.ref[torch.Tensor]", int] | None
-
-
-@dataclass(eq=False)
-class Leaf:
-    """A tensor that requires grad and should get a gradient from a backward."""
-
-    tensor: torch.Tensor
-    label: str
-    location: str
-    order: int
-    origin: str  # "module", "tensor", "optimizer" or "seen"
-    from_no_grad: bool = False
-    state: GradState = None  # its .grad when last looked at
-    exposed: bool = False  # a backward ran while it was tracked
-    touched: bool = False  # a backward changed its .grad (to all zeros, since it is open)
-
-
-def grad_state(t: torch.Tensor) -> GradState:
-    """The ``.grad`` a tensor has now (a weak reference: ids are reused once a grad set to
-    None is freed) and its version, to tell later whether a backward touched it."""
-    grad = t.grad
-    return None if grad is None else (weakref.ref(grad), grad._version)
-
-
-def grad_changed(t: torch.Tensor, state: GradState) -> bool:
-    grad = t.grad
-    if grad is None:
-        return False
-    return state is None or state[0]() is not grad or grad._version != state[1]
 
 
 def _grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[torch.Tensor]:
@@ -175,6 +149,8 @@ class Recorder:
         self.backward_seen = False  # a backward that fills .grad ran
         self.any_backward = False  # ... or torch.autograd.grad was called
         self.failures: list[str] = []
+        self.taints = Taints()
+        self.last_cuts: list[Pending] = []  # cut occurrences of the latest backward
         self.last_sample: FrameType | None = None
         self._inside_hardgrad: dict[CodeType, bool] = {}
         self._order = 0
@@ -195,13 +171,23 @@ class Recorder:
         return found
 
     def record(
-        self, family: Family, op: str, location: str, suggestion: str, ends: list[Any], out: Any
-    ) -> None:
+        self,
+        family: Family,
+        op: str,
+        location: str,
+        suggestion: str,
+        ends: list[Any],
+        out: Any,
+        result: Any = None,
+    ) -> Label | None:
+        """A watched call's occurrence, pending until the next backward; its ``result``
+        (the value without graph) is tainted with it. Returns its key."""
         found = self.site(family, op, location, suggestion)
         found.count += 1
         if found.resolutions >= MAX_RESOLUTIONS:
-            return
-        leaves, upstream = leaves_below(ends, self.zero_outs)
+            return None
+        watch = {**self.zero_outs, **self.taints.upstream()}
+        leaves, upstream = leaves_below(ends, watch)
         key = (found.key, frozenset(leaves))
         self.drop(key)
         self.pending[key] = Pending(found, ends, out, leaves, upstream)
@@ -209,6 +195,10 @@ class Recorder:
             self.zero_outs[id(out)] = (out, found.key)
         if len(self.pending) > MAX_PENDING:
             self.drop(next(iter(self.pending)))
+        if leaves and family is not Family.LOG:
+            intent = family is Family.DETACH
+            self.taints.source(key, found, leaves, result, intent=intent, node=out)
+        return key
 
     def drop(self, key: tuple[Any, ...]) -> None:
         old = self.pending.pop(key, None)
@@ -293,7 +283,12 @@ class Recorder:
             if not grad_on:  # a cause only when what it reads gets no gradient otherwise
                 label += " under torch.no_grad()"
                 hint += "; and move it out of torch.no_grad(), which keeps no graph at all"
-            self.record(family, label, location, hint, ends, out if family is Family.ZERO else None)
+            value = result[1] if family is Family.TUPLE_INDEX else result
+            if family is Family.ZERO:
+                value = None
+            else:
+                out = None
+            self.record(family, label, location, hint, ends, out, value)
 
         return after
 
@@ -302,8 +297,15 @@ class Recorder:
     ) -> Post | None:
         near = frames.past_plumbing(frame)
         if near is not None and near.f_code.co_filename.startswith(frames.DISTRIBUTIONS_DIR):
-            self.distribution_sample(near)
-            return None
+            key = self.distribution_sample(near)
+            if key is None:
+                return None
+            source = self.taints.sources.get(key)
+            return (
+                None
+                if source is None
+                else lambda r: self.taints.source(key, source.site, source.leaves, r, intent=False)
+            )
         if family is Family.SAMPLE_PRIMITIVE:
             return None
         positions = (1,) if ops.raw_name(func) == "bernoulli_" else (0,)
@@ -320,13 +322,14 @@ class Recorder:
 
         def after(result: Any) -> None:
             out = result.grad_fn if isinstance(result, torch.Tensor) else None
-            self.record(family, label, location, ops.SAMPLE_HINT, ends, out)
+            self.record(family, label, location, ops.SAMPLE_HINT, ends, out, result)
 
         return after
 
-    def distribution_sample(self, near: FrameType) -> None:
+    def distribution_sample(self, near: FrameType) -> Label | None:
         """A torch.distributions sampler is drawing: when the user called ``.sample()`` on
-        a distribution whose parameters require grad, record it (once per call)."""
+        a distribution whose parameters require grad, record it (once per call; the key
+        of the occurrence, whose taint the draw carries, when recorded)."""
         outer: FrameType | None = None
         frame: FrameType | None = near
         while frame is not None and frames.category(frame.f_code.co_filename) != "user":
@@ -334,18 +337,20 @@ class Recorder:
                 outer = frame
             frame = frame.f_back
         if outer is None or frame is None or outer.f_code.co_name not in ("sample", "sample_n"):
-            return
+            return None
         if outer is self.last_sample:
-            return
+            return None
         self.last_sample = outer
         if self.hardgrad_callable(frame) or frames.inside(frame, frames.FUNCTION_FILE):
-            return
+            return None
         dist = outer.f_locals.get("self")
         inputs = ops.distribution_tensors(dist)
-        if inputs:
-            ends = [end_of(t) for t in inputs]
-            label = f"{type(dist).__name__}.sample"
-            self.record(Family.SAMPLE, label, frames.where(frame), ops.DIST_SAMPLE_HINT, ends, None)
+        if not inputs:
+            return None
+        ends = [end_of(t) for t in inputs]
+        label = f"{type(dist).__name__}.sample"
+        where = frames.where(frame)
+        return self.record(Family.SAMPLE, label, where, ops.DIST_SAMPLE_HINT, ends, None)
 
     def data_set(self, func: Any, args: Any, frame: FrameType | None) -> Post | None:
         """``w.data = value`` on a parameter (or an activation) that requires grad: autograd
@@ -397,8 +402,14 @@ class Recorder:
         if not ok:
             user = frames.first_user(frames.past_plumbing(frame))
             self.failures.append(frames.where(user) if user is not None else "?")
+        cuts, walked = self.taints.judge(roots if ok else [])
+        self.last_cuts = []
         if self.pending:
-            self.resolve(roots if ok else [], failed=not ok)
+            self.resolve(roots if ok else [], failed=not ok, walked=walked)
+        for term_cut in cuts.values():
+            site = term_cut.site
+            site.term_cut.update(term_cut.cut)
+            site.terms.extend(t for t in term_cut.terms if t not in site.terms)
         return self.observe
 
     def autograd_grad(self, args: Any, kwargs: Any) -> None:
@@ -412,12 +423,13 @@ class Recorder:
         if self.pending:
             self.resolve([r for r in roots if isinstance(r, torch.Tensor)], failed=False)
 
-    def resolve(self, roots: list[torch.Tensor], *, failed: bool) -> None:
-        """Decide the pending occurrences against the graph of ``roots``."""
+    def resolve(self, roots: list[torch.Tensor], *, failed: bool, walked: Any = None) -> None:
+        """Decide the pending occurrences against the graph of ``roots`` (``walked``: what
+        the per-term walk reached already, so that the graph is walked once)."""
         pending = list(self.pending.values())
         self.pending.clear()
         self.zero_outs.clear()
-        reached = reach(roots, clean=any(p.out is not None for p in pending))
+        reached = walked or reach(roots, clean=any(p.out is not None for p in pending))
         for p in pending:
             site = p.site
             site.resolutions += 1
@@ -436,6 +448,7 @@ class Recorder:
                 site.trick = straight_through_parts(p.ends[0], reached)
             site.cut.update(p.leaves)
             site.upstream |= p.upstream - {site.key}
+            self.last_cuts.append(p)
             for leaf in p.leaves.values():
                 if id(leaf) not in self.leaves:
                     label = f"tensor of shape {tuple(leaf.shape)}"
@@ -543,6 +556,10 @@ class Recorder:
         if threading.get_ident() != self.thread:
             return
         try:
+            if self.last_cuts:  # which cuts of the latest backward this step pays for
+                held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+                for cut in self.last_cuts:
+                    cut.site.step_cut.update(k for k in cut.leaves if k in held)
             if id(optimizer) in self.optimizers:
                 return
             self.optimizers.add(id(optimizer))
@@ -561,40 +578,3 @@ class Recorder:
                             del self.open[id(p)]
         except Exception:  # pragma: no cover - never fail the user's step
             pass
-
-
-class AuditMode(TorchFunctionMode):
-    """Sees every torch call made while the block runs; calls it unchanged. The common
-    case (a call that cannot lose a gradient) costs a counter and a dictionary lookup."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        super().__init__()
-        self.recorder = recorder
-        self.calls = 0
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.calls += 1
-        try:
-            family = _FAMILIES.get(func)
-        except TypeError:  # an unhashable callable
-            family = ops.classify(func)
-        if family is None:
-            family = ops.classify(func)
-            if len(_FAMILIES) < 4096:
-                _FAMILIES[func] = family
-        if family is _IGNORE:
-            if not kwargs:
-                return func(*args)
-            if kwargs.get("requires_grad") is True:
-                result = func(*args, **kwargs)
-                if isinstance(result, torch.Tensor):
-                    with contextlib.suppress(Exception):  # never fail the user's call
-                        self.recorder.tensor_born(result, sys._getframe(1), frames.ASSIGNED)
-                return result
-            return func(*args, **kwargs)
-        return self.recorder.handle(family, func, args, kwargs or {}, sys._getframe(1))
-
-
-_IGNORE = Family.IGNORE
-#: Family of each function object seen (shared by all audits: functions do not change).
-_FAMILIES: dict[Any, Family] = {}

@@ -1,0 +1,69 @@
+"""The torch function mode behind :func:`hardgrad.diagnostics.audit`: every torch call
+made while the block runs passes here once, unchanged; the few that can lose a gradient go
+to the :class:`~._audit_recorder.Recorder`, and while values that left the graph are alive
+their taint is carried to what each call returns (:mod:`._audit_terms`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import _audit_frames as frames
+from . import _audit_ops as ops
+from ._audit_ops import Family
+from ._audit_recorder import Recorder
+
+
+class AuditMode(TorchFunctionMode):
+    """Sees every torch call made while the block runs; calls it unchanged. The common
+    case (a call that cannot lose a gradient) costs a counter and a dictionary lookup."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+        self.taints = recorder.taints
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.calls += 1
+        if not self.taints.values:  # nothing tainted is alive: the common case
+            return self.dispatch(func, args, kwargs)
+        try:
+            labels = self.taints.labels_of(args, kwargs)
+        except Exception:  # never fail the user's call
+            labels = None
+        result = self.dispatch(func, args, kwargs)
+        if labels:
+            with contextlib.suppress(Exception):
+                self.taints.propagate(labels, func, args, result)
+        return result
+
+    def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
+        try:
+            family = _FAMILIES.get(func)
+        except TypeError:  # an unhashable callable
+            family = ops.classify(func)
+        if family is None:
+            family = ops.classify(func)
+            if len(_FAMILIES) < 4096:
+                _FAMILIES[func] = family
+        if family is _IGNORE:
+            if not kwargs:
+                return func(*args)
+            if kwargs.get("requires_grad") is True:
+                result = func(*args, **kwargs)
+                if isinstance(result, torch.Tensor):
+                    with contextlib.suppress(Exception):  # never fail the user's call
+                        self.recorder.tensor_born(result, sys._getframe(2), frames.ASSIGNED)
+                return result
+            return func(*args, **kwargs)
+        return self.recorder.handle(family, func, args, kwargs or {}, sys._getframe(2))
+
+
+_IGNORE = Family.IGNORE
+#: Family of each function object seen (shared by all audits: functions do not change).
+_FAMILIES: dict[Any, Family] = {}
