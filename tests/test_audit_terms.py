@@ -146,3 +146,29 @@ def test_topk_gates_fixed_or_learned(learned: bool) -> None:
         opt.step()
     expected = set() if learned else {("graph_cut", line)}
     assert _problems(report) == expected, report.format(notes=True)
+
+
+@pytest.mark.parametrize("log_prob", [False, True])
+def test_a_draw_read_by_a_critic_is_a_cut_only_without_a_log_prob_term(log_prob: bool) -> None:
+    """A critic Q(s, a) reads the sampled action (its term cannot train the policy, and
+    should not): with the policy's log_prob term beside it, nothing is cut; without it (an
+    entropy bonus only), the draw is the problem."""
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(4, 3)
+    critic = torch.nn.Linear(7, 1)
+    opt = torch.optim.Adam([*policy.parameters(), *critic.parameters()], lr=1e-3)
+    s, reward = torch.randn(16, 4), torch.randn(16)
+    with audit() as report:
+        dist = torch.distributions.Categorical(logits=policy(s))
+        action = dist.sample()
+        line = _line(-1)
+        q = critic(torch.cat([s, F.one_hot(action, 3).float()], -1)).squeeze(-1)
+        critic_loss = (q - reward).pow(2).mean()
+        advantage = (reward - q).detach()
+        actor = -(advantage * dist.log_prob(action)).mean() if log_prob else 0.0
+        loss = critic_loss + actor - 0.01 * dist.entropy().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    expected = set() if log_prob else {("graph_cut", line)}
+    assert _problems(report) == expected, report.format(notes=True)

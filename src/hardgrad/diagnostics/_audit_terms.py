@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ._audit_graph import Reach, _children, _variable
-from ._audit_ops import is_zero_node
+from ._audit_ops import Family, is_zero_node
 
 Label = tuple[Any, ...]  # the key of a pending occurrence: (site key, frozenset of leaf ids)
 #: Top-level operations a loss is split at (``a + b``, ``a - b``, ``-a``; ``c * a`` and
@@ -186,9 +186,21 @@ class Taints:
         for labels, name in ghosts:
             depends.append(set(labels))
             names.append(name)
+        # A draw read by a term whose gradient reaches its distribution (a log_prob term)
+        # is trained there: the other terms that read it (a critic's Q(s, a)) cut nothing.
+        scored: dict[Label, int] = {}
+        for index, labels in enumerate(depends):
+            for label in labels:
+                src = self.sources.get(label)
+                if src is not None and src.site.family is Family.SAMPLE:
+                    bit = 1 << index
+                    if any(leaf_clean.get(k, 0) & bit for k in src.leaves):
+                        scored[label] = 1
         found: dict[Label, TermCut] = {}
         for index, labels in enumerate(depends):
-            sources = [(lb, self.sources[lb]) for lb in labels if lb in self.sources]
+            sources = [
+                (lb, self.sources[lb]) for lb in labels if lb in self.sources and lb not in scored
+            ]
             excused: set[int] = set()
             for _, src in sources:
                 if src.intent:
