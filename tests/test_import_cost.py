@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import hardgrad
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch._dynamo", "torch._inductor", "sympy", "matplotlib", "rich", "scipy", "sklearn")
 
 
-def _modules_after(code: str) -> dict[str, list[str]]:
+def _modules_after(code: str) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter; it prints a JSON object, returned here."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("PYTHONWARNINGS", None)
@@ -67,18 +68,19 @@ def test_import_hardgrad_pulls_in_no_heavy_module_until_used() -> None:
     assert found == {"bare": [], "torch": [], "all": [], "used": []}
 
 
-def test_hardgrad_help_and_version_import_neither_torch_nor_a_task() -> None:
+def test_hardgrad_help_version_and_usage_errors_import_neither_torch_nor_a_task() -> None:
     found = _modules_after(f"""\
         import contextlib, io, json, sys
         from hardgrad.bench.cli import main
         codes = []
-        for argv in (["--help"], ["bench", "--help"], ["audit", "--help"], ["--version"]):
-            with contextlib.redirect_stdout(io.StringIO()):
+        for argv in (["--help"], ["bench", "--help"], ["audit", "--help"], ["--version"],
+                     ["bench", "no-such-task"]):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 codes.append(main(argv))
         heavy = {HEAVY!r} + ("torch", "hardgrad.bench.toy", "hardgrad.bench.speed")
         print(json.dumps({{"codes": codes, "loaded": sorted(m for m in heavy if m in sys.modules)}}))
         """)
-    assert found == {"codes": [0, 0, 0, 0], "loaded": []}
+    assert found == {"codes": [0, 0, 0, 0, 2], "loaded": []}
 
 
 def test_every_public_name_resolves_to_its_module_object() -> None:

@@ -74,6 +74,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "TASKS",
+    "TASK_MODULES",
     "BenchSettings",
     "Progress",
     "Table",

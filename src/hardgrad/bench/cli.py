@@ -241,16 +241,18 @@ def _check_device(parser: argparse.ArgumentParser, text: str) -> torch.device:
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import TASKS, BenchSettings, _distributed, run_tasks
-    from .report import print_result
+    from . import TASK_MODULES
 
     bench_parser: argparse.ArgumentParser = args.bench_parser
-    unknown = [t for t in args.tasks if t not in TASKS]
+    unknown = [t for t in args.tasks if t not in TASK_MODULES]  # no task imported for this
     if unknown:
         bench_parser.error(
             f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"available tasks: {', '.join(TASKS.names())}"
+            f"available tasks: {', '.join(TASK_MODULES)}"
         )
+    from . import BenchSettings, _distributed, run_tasks
+    from .report import print_result
+
     device = _check_device(bench_parser, args.device)
     _check_seed(bench_parser, args.seed)
     if args.out is not None:

@@ -234,10 +234,10 @@ def _column_parts(table: Table, width: int) -> list[list[tuple[int, int]]]:
             if excess > 0:
                 widths[i] -= min(excess, max(0, widths[i] - max(soft[i], floor[i])))
         while sum(widths.values()) > room:
-            i = max((i for i in part if widths[i] > floor[i]), key=widths.__getitem__, default=None)
-            if i is None:
+            narrowable = [i for i in part if widths[i] > floor[i]]
+            if not narrowable:
                 break
-            widths[i] -= 1
+            widths[max(narrowable, key=widths.__getitem__)] -= 1
         laid_out.append([(i, widths[i]) for i in part])
     return laid_out
 
