@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import sys
 import sysconfig
 from types import CodeType, FrameType
 from typing import Any
@@ -94,10 +95,12 @@ def where(frame: FrameType) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def inside(frame: FrameType | None, prefix: str) -> bool:
-    """Whether a frame above ``frame`` runs code from a file starting with ``prefix``."""
+def inside(frame: FrameType | None, prefix: str, outer: frozenset[int] = frozenset()) -> bool:
+    """Whether a frame above ``frame`` runs code from a file starting with ``prefix``; the
+    frames that were running when the audit began (ids in ``outer``: the ``hardgrad audit``
+    command's own, say) and those above them are not looked at."""
     parent = frame.f_back if frame is not None else None
-    while parent is not None:
+    while parent is not None and id(parent) not in outer:
         if os.path.abspath(parent.f_code.co_filename).startswith(prefix):
             return True
         parent = parent.f_back
@@ -116,3 +119,13 @@ def in_module_forward(frame: FrameType | None) -> bool:
 def name_on_line(filename: str, line: int, pattern: re.Pattern[str]) -> str | None:
     match = pattern.search(linecache.getline(filename, line))
     return match[1] if match else None
+
+
+def running() -> frozenset[int]:
+    """The ids of the frames running now (the caller's and those above it)."""
+    found = set()
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        found.add(id(frame))
+        frame = frame.f_back
+    return frozenset(found)

@@ -1,10 +1,12 @@
 """The tensors :func:`hardgrad.diagnostics.audit` expects a gradient for, and how it tells
-whether a backward gave them one (their ``.grad`` object and its version)."""
+whether a backward gave them one (their ``.grad`` object and its version); the arguments of a
+call that require grad."""
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,3 +40,24 @@ def grad_changed(t: torch.Tensor, state: GradState) -> bool:
     if grad is None:
         return False
     return state is None or state[0]() is not grad or grad._version != state[1]
+
+
+def grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[torch.Tensor]:
+    found = []
+    for i in positions:
+        value = args[i] if i < len(args) else None
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            found.append(value)
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            found.append(value)
+    return found
+
+
+def nested_grad_tensors(data: Any) -> list[torch.Tensor]:
+    """Tensors that require grad in ``data`` or in a (nested) list or tuple of it."""
+    if isinstance(data, torch.Tensor):
+        return [data] if data.requires_grad else []
+    if isinstance(data, (list, tuple)):
+        return [t for item in data[:4096] for t in nested_grad_tensors(item)]
+    return []

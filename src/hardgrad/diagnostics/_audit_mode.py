@@ -52,6 +52,8 @@ class AuditMode(TorchFunctionMode):
             if len(_FAMILIES) < 4096:
                 _FAMILIES[func] = family
         if family is _IGNORE:
+            if self.recorder.outside.reads and self.recorder.outside.is_maker(func):
+                return self.recorder.handle(Family.COPY, func, args, kwargs or {}, sys._getframe(2))
             if not kwargs:
                 return func(*args)
             if kwargs.get("requires_grad") is True:

@@ -29,8 +29,9 @@ import torch
 
 from . import _audit_frames as frames
 from . import _audit_ops as ops
+from ._audit_copies import OutOfGraph
 from ._audit_graph import end_of, leaves_below, reach, straight_through_parts
-from ._audit_leaves import Leaf, grad_changed, grad_state
+from ._audit_leaves import Leaf, grad_changed, grad_state, grad_tensors, nested_grad_tensors
 from ._audit_ops import Family
 from ._audit_terms import Label, Taints
 
@@ -108,27 +109,6 @@ class Pending:
     upstream: set[tuple[Any, ...]]
 
 
-def _grad_tensors(args: Any, kwargs: Any, positions: tuple[int, ...]) -> list[torch.Tensor]:
-    found = []
-    for i in positions:
-        value = args[i] if i < len(args) else None
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            found.append(value)
-    for value in kwargs.values():
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            found.append(value)
-    return found
-
-
-def _nested_grad_tensors(data: Any) -> list[torch.Tensor]:
-    """Tensors that require grad in ``data`` or in a (nested) list or tuple of it."""
-    if isinstance(data, torch.Tensor):
-        return [data] if data.requires_grad else []
-    if isinstance(data, (list, tuple)):
-        return [t for item in data[:4096] for t in _nested_grad_tensors(item)]
-    return []
-
-
 class Recorder:
     def __init__(self) -> None:
         self.sites: dict[tuple[Any, ...], Site] = {}
@@ -150,12 +130,16 @@ class Recorder:
         self.any_backward = False  # ... or torch.autograd.grad was called
         self.failures: list[str] = []
         self.taints = Taints()
+        self.outside = OutOfGraph()
         self.last_cuts: list[Pending] = []  # cut occurrences of the latest backward
         self.last_sample: FrameType | None = None
         self._inside_hardgrad: dict[CodeType, bool] = {}
         self._order = 0
         #: The opening thread: the global module/optimizer hooks skip other threads' calls.
         self.thread = threading.get_ident()
+        #: The frames running when the block opened: never "inside hardgrad" for it (the
+        #: ``hardgrad audit`` command runs the script from hardgrad's own code).
+        self.outer = frames.running()
 
     def _next(self) -> int:
         self._order += 1
@@ -212,8 +196,8 @@ class Recorder:
         cached per code object."""
         known = self._inside_hardgrad.get(frame.f_code)
         if known is None:
-            known = frames.inside(frame, frames.OPS_DIR) or frames.inside(
-                frame, frames.FUNCTION_FILE
+            known = frames.inside(frame, frames.OPS_DIR, self.outer) or frames.inside(
+                frame, frames.FUNCTION_FILE, self.outer
             )
             self._inside_hardgrad[frame.f_code] = known
         return known
@@ -256,11 +240,11 @@ class Recorder:
             return None
         if family is Family.COPY:
             data = args[1] if ops.raw_name(func) == "new_tensor" and len(args) > 1 else args[0]
-            inputs = _nested_grad_tensors(data)
+            inputs = nested_grad_tensors(data)
         else:
-            inputs = _grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
+            inputs = grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
         if not inputs:
-            return None
+            return self.made_outside(func, frame) if family is Family.COPY else None
         if family is Family.CAST and not ops.casts_to_non_float(func, args, kwargs):
             return None
         user = frames.caller(frame, func)
@@ -271,7 +255,10 @@ class Recorder:
             and all(isinstance(t, torch.nn.Parameter) for t in inputs)
             and not frames.in_module_forward(user)
         ):
-            return None  # a parameter read outside a forward: set-up, logging, an EMA
+            # A parameter read outside a forward: set-up, logging, an EMA; the cause of a
+            # failed backward if it comes back through NumPy (a solver without wrapper).
+            self.outside.read(frames.where(user), ops.display(func), inputs)
+            return None
         ends = [end_of(t) for t in inputs]
         location = frames.where(user)
 
@@ -292,6 +279,15 @@ class Recorder:
 
         return after
 
+    def made_outside(self, func: Any, frame: FrameType | None) -> Post | None:
+        """``torch.tensor(array)`` and the like by user code after a parameter was read
+        out of the graph: tainted, in case a backward of what it makes fails."""
+        user = frames.caller(frame, func) if self.outside.is_maker(func) else None
+        if user is None:
+            return None
+        label, location = ops.op_label(Family.COPY, func), frames.where(user)
+        return lambda result: self.outside.made(self, label, location, result)
+
     def sample(
         self, family: Family, func: Any, args: Any, kwargs: Any, frame: FrameType | None
     ) -> Post | None:
@@ -309,12 +305,12 @@ class Recorder:
         if family is Family.SAMPLE_PRIMITIVE:
             return None
         positions = (1,) if ops.raw_name(func) == "bernoulli_" else (0,)
-        inputs = _grad_tensors(args, kwargs, positions)
+        inputs = grad_tensors(args, kwargs, positions)
         user = frames.caller(frame, func) if inputs else None
         if (
             user is None
             or self.hardgrad_callable(user)
-            or frames.inside(user, frames.FUNCTION_FILE)
+            or frames.inside(user, frames.FUNCTION_FILE, self.outer)
         ):
             return None
         ends = [end_of(t) for t in inputs]
@@ -341,7 +337,7 @@ class Recorder:
         if outer is self.last_sample:
             return None
         self.last_sample = outer
-        if self.hardgrad_callable(frame) or frames.inside(frame, frames.FUNCTION_FILE):
+        if self.hardgrad_callable(frame) or frames.inside(frame, frames.FUNCTION_FILE, self.outer):
             return None
         dist = outer.f_locals.get("self")
         inputs = ops.distribution_tensors(dist)
@@ -361,7 +357,7 @@ class Recorder:
         if not (isinstance(target, torch.nn.Parameter) or target.grad_fn is not None):
             return None  # a plain leaf: an adversarial perturbation, an input...
         user = frames.caller(frame, func)
-        if user is None or frames.inside(user, frames.FUNCTION_FILE):
+        if user is None or frames.inside(user, frames.FUNCTION_FILE, self.outer):
             return None
         location = frames.where(user)
         found = self.sites.get((Family.DATA_SET, "Tensor.data =", location))
@@ -402,6 +398,9 @@ class Recorder:
         if not ok:
             user = frames.first_user(frames.past_plumbing(frame))
             self.failures.append(frames.where(user) if user is not None else "?")
+            for leaf in self.outside.failed(self.taints, roots).values():
+                self.seen(leaf, self.failures[-1])
+        self.outside.clear()
         cuts, walked = self.taints.judge(roots if ok else [])
         self.last_cuts = []
         if self.pending:
@@ -450,9 +449,13 @@ class Recorder:
             site.upstream |= p.upstream - {site.key}
             self.last_cuts.append(p)
             for leaf in p.leaves.values():
-                if id(leaf) not in self.leaves:
-                    label = f"tensor of shape {tuple(leaf.shape)}"
-                    self.add_leaf(Leaf(leaf, label, site.location, self._next(), "seen"))
+                self.seen(leaf, site.location)
+
+    def seen(self, leaf: torch.Tensor, location: str) -> None:
+        """Track a tensor a cut was seen to cut off (named where the cut is)."""
+        if id(leaf) not in self.leaves:
+            label = f"tensor of shape {tuple(leaf.shape)}"
+            self.add_leaf(Leaf(leaf, label, location, self._next(), "seen"))
 
     def observe(self, _result: Any) -> None:
         """After a backward: cross off the tracked tensors that got a gradient."""
@@ -509,8 +512,8 @@ class Recorder:
         frame = frames.first_user(sys._getframe(2))
         if (
             frame is None
-            or frames.inside(frame, frames.HARDGRAD_DIR)
-            or frames.inside(frame, frames.FUNCTION_FILE)
+            or frames.inside(frame, frames.HARDGRAD_DIR, self.outer)
+            or frames.inside(frame, frames.FUNCTION_FILE, self.outer)
             or not any(p.requires_grad for p in module.parameters())
         ):
             return

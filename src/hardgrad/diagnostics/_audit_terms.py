@@ -88,6 +88,10 @@ class Taints:
         if isinstance(result, torch.Tensor):
             self._mark(result, labels)
 
+    def source_value(self, t: torch.Tensor, label: Label) -> None:
+        """Taint a value with a label that is not a source (followed, never judged here)."""
+        self._mark(t, frozenset((label,)))
+
     def labels_of(self, args: Any, kwargs: Any) -> frozenset[Label] | None:
         """The taint of a call's arguments (one level into lists and tuples), or None."""
         found: set[Label] | None = None
