@@ -31,6 +31,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 
+from .._compat import fresh_output
 from .._kernels import constant, eager_plain, storable_mask, without_grad
 from ..surrogates import Surrogate
 
@@ -224,7 +225,7 @@ class IdentityGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, hard: HardFn) -> Tensor:
-        return hard(x)
+        return fresh_output(hard(x))
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
@@ -393,7 +394,7 @@ class MaskedGradient(torch.autograd.Function):
     ) -> Tensor:
         y, keep = hard_and_mask(x)
         ctx.save_for_backward(storable_mask(keep))
-        return y
+        return fresh_output(y)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
@@ -460,7 +461,7 @@ class SurrogateGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, hard: HardFn, surrogate: Surrogate) -> Tensor:
-        return hard(x)
+        return fresh_output(hard(x))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
