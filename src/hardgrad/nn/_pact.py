@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checkpoint import SettingsInState
+from .._compat import fresh_output
 from .._kernels import cast, constant, eager_plain, opmath_dtype, rounded_to, storable_mask
 from .._validation import _is_transformed, check_floating, check_int, check_positive
 from ..ops._autograd import (
@@ -122,7 +123,7 @@ class _PACT(torch.autograd.Function):
         y, keep, above = _pact_values(x, alpha, levels, bounds, need_keep, need_above)
         ctx.alpha_like = (alpha.shape, alpha.dtype)
         ctx.save_for_backward(*(None if m is None else storable_mask(m) for m in (keep, above)))
-        return y
+        return fresh_output(y)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
