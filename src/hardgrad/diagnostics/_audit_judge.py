@@ -292,6 +292,7 @@ class Judge:
             if outcome is None or not (self.should_train(key) or key in self.explained):
                 continue
             out.append((leaf.order, self.leaf_finding(key, leaf, outcome)))
+        out.extend(self.unstepped())
         for location in dict.fromkeys(rec.failures):
             out.append(
                 (
@@ -308,6 +309,51 @@ class Judge:
                     ),
                 )
             )
+        return out
+
+    def unstepped(self) -> list[tuple[int, Finding]]:
+        """Parameters that a backward gave a gradient but that no optimizer stepped in the
+        block, while optimizers did step (one finding per place they were first seen): the
+        step sizes ``hg.nn.quantize_`` adds after the optimizer was made, a layer added to
+        the model later, a part of the model left out of the optimizer."""
+        rec = self.rec
+        if not rec.stepped:
+            return []
+        by_place: dict[str, list[Leaf]] = {}
+        for key, leaf in rec.leaves.items():
+            if (
+                key in rec.stepped
+                or key in rec.open
+                or key in rec.grad_inputs
+                or not leaf.exposed
+                or leaf.origin not in ("module", "tensor")
+                or not leaf.tensor.requires_grad
+            ):
+                continue
+            by_place.setdefault(leaf.location, []).append(leaf)
+        out = []
+        for location, leaves in by_place.items():
+            keys = [id(leaf.tensor) for leaf in leaves]
+            fix = (
+                "pass them to the optimizer (make it after the model is complete, or "
+                "optimizer.add_param_group({'params': [...]})); if they are frozen on purpose, "
+                "call .requires_grad_(False) on them"
+            )
+            if _quantizer_scales(self.rec, keys):
+                fix = (
+                    "these are step sizes of hardgrad's quantizers, added by hg.nn.quantize_ "
+                    "after the optimizer was made: call hg.nn.quantize_(model, ..., "
+                    "optimizer=opt) to add them to that optimizer, or make the optimizer "
+                    "after quantize_; otherwise " + fix
+                )
+            many = "s" if len(keys) > 1 else ""
+            op = f"parameter{many} {self.leaf_names(keys)}: gradient but no optimizer step"
+            detail = (
+                "backwards gave them a gradient, but no optimizer stepped in the block holds "
+                "them: they never change"
+            )
+            order = min(leaf.order for leaf in leaves)
+            out.append((order, Finding("no_gradient", op, location, 1, fix, "problem", detail)))
         return out
 
     def finding(self, site: Site, severity: str, detail: str, suggestion: str) -> Finding:
@@ -406,6 +452,18 @@ class Judge:
             fix = "it never reaches the loss: use it in the forward, or create it without requires_grad=True"
         detail = "an optimizer steps it" if key in self.rec.stepped else ""
         return Finding("no_gradient", op, leaf.location, 1, fix, "problem", detail)
+
+
+def _quantizer_scales(recorder: Recorder, keys: list[int]) -> bool:
+    """Whether any of the tensors (by id) is a learned scale of hardgrad's quantizers."""
+    from ..nn import Quantize
+
+    wanted = set(keys)
+    for module in recorder.grad_modules.values():
+        for sub in module.modules():
+            if isinstance(sub, Quantize) and any(id(p) in wanted for p in sub.parameters()):
+                return True
+    return False
 
 
 def judge(recorder: Recorder, ignore: tuple[str, ...]) -> list[Finding]:

@@ -124,7 +124,7 @@ class Recorder:
         self.grad_modules: dict[int, torch.nn.Module] = {}
         self.no_grad_sites: dict[int, Site] = {}
         self.stepped: dict[int, torch.Tensor] = {}
-        self.optimizers: set[int] = set()
+        self.optimizers: dict[int, int] = {}  # id -> how many tensors it held
         self.grad_inputs: set[int] = set()
         self.backward_seen = False  # a backward that fills .grad ran
         self.any_backward = False  # ... or torch.autograd.grad was called
@@ -563,9 +563,10 @@ class Recorder:
                 held = {id(p) for group in optimizer.param_groups for p in group["params"]}
                 for cut in self.last_cuts:
                     cut.site.step_cut.update(k for k in cut.leaves if k in held)
-            if id(optimizer) in self.optimizers:
+            held = sum(len(group["params"]) for group in optimizer.param_groups)
+            if self.optimizers.get(id(optimizer)) == held:  # known (a group added: look again)
                 return
-            self.optimizers.add(id(optimizer))
+            self.optimizers[id(optimizer)] = held
             user = frames.first_user(sys._getframe(1))
             where = frames.where(user) if user is not None else "?"
             for group in optimizer.param_groups:
