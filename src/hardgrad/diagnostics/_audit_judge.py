@@ -122,6 +122,21 @@ def _trick_on_line(site: Site) -> bool:
     return _trick_match(site) is not None
 
 
+def _after_codebook_argmin(site: Site) -> str:
+    """The VQ API's advice when the detach trick copies a lookup made by an ``argmin``
+    (a hand-written vector quantizer), else ""."""
+    for family, op, _ in (key for key in site.upstream if len(key) == 3):
+        if family is Family.INDEX and op.split(" ", 1)[0].endswith("argmin"):
+            return (
+                "this is a vector quantizer's straight-through copy: hg.vector_quantize(z, "
+                "codebook, estimator='st') returns (z_q, indices) with this gradient (or "
+                "estimator='rotation' for the rotation trick), and hg.nn.VectorQuantize(num_codes, "
+                "dim, estimator='st') also keeps the codebook and commitment losses (or an EMA "
+                "codebook); to keep your code as it is, "
+            )
+    return ""
+
+
 def _trick_suggestion(site: Site) -> str:
     hard_op = site.trick[1] if site.trick else None
     if hard_op == "round":
@@ -134,14 +149,15 @@ def _trick_suggestion(site: Site) -> str:
     if hard_op in ("floor", "ceil", "trunc"):
         return f"hg.{hard_op}(x) is this estimator with {hard_op}'s exact value"
     match = _trick_match(site)
+    vq = _after_codebook_argmin(site)
     if match is not None:
         hard = match["hard"] or match["hard2"]
         soft = match["soft"] or match["soft2"]
-        return (
+        return vq + (
             f"hg.straight_through({hard})({soft}) gives the same gradient and {hard}'s value "
             "bit for bit (the sum and difference round)"
         )
-    return (
+    return vq + (
         "hg.straight_through(hard)(soft) gives the same gradient and hard's value bit for bit "
         "(the sum and difference round)"
     )
