@@ -111,6 +111,8 @@ def _estimator_registry() -> Registry[Any] | None:
 
 
 def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import hardgrad
+
     from ..ops import OPS
     from ..surrogates import SURROGATES
     from . import TASKS
@@ -118,20 +120,20 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     out = sys.stdout
     registry = _estimator_registry()
-    # Entries shown by a registry's own block are not repeated in their family's list.
-    shown = {id(OPS), id(SURROGATES), id(registry)}
-    shown.update(id(cls) for _, cls in SURROGATES.items())
-    shown.update(id(entry) for _, entry in (registry.items() if registry is not None else ()))
-    import hardgrad
-
-    shown.update(id(getattr(hardgrad, name)) for name in OPS.names() if name in hardgrad.__all__)
+    ops = {id(OPS)} | {id(getattr(hardgrad, n)) for n in OPS.names() if n in hardgrad.__all__}
+    surrogates = {id(SURROGATES)} | {id(cls) for _, cls in SURROGATES.items()}
+    estimators = {id(registry)} | {id(e) for _, e in (registry.items() if registry else ())}
     _heading("hardgrad's public names by family (hg = hardgrad); docs pages in brackets.", out)
     for family, entries in by_family():
         print(file=out)
         _heading(f"{family.title} [{', '.join(family.guides)}]:", out)
+        # A registry's block, where the family holds the registry; its entries are not
+        # repeated below it.
+        shown: set[int] = set()
         if any(e.path == "hg.ops.OPS" for e in entries):
             print("  Ops (hg.<name>; hg.ops.OPS):", file=out)
             _columns((_op_row(name, spec) for name, spec in OPS.items()), out, "    ")
+            shown |= ops
         if any(e.path == "hg.surrogates.SURROGATES" for e in entries):
             print("  Surrogates (surrogate=NAME; hg.surrogates.SURROGATES):", file=out)
             _columns(
@@ -142,12 +144,14 @@ def _list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 out,
                 "    ",
             )
-        if family.title.startswith("Stochastic"):
+            shown |= surrogates
+        if "hardgrad.estimators" in family.modules:  # the registry found where it is
             _list_estimators(registry, out)
+            shown |= estimators
         rest = [[e.path, summary(e.obj)] for e in entries if id(e.obj) not in shown]
-        if rest and len(rest) < len(entries):
+        if rest and shown:
             print("  Also:", file=out)
-        _columns(rest, out, "    " if len(rest) < len(entries) else "  ")
+        _columns(rest, out, "    " if shown else "  ")
     print("\nBenchmark tasks (hardgrad bench TASK) [guides/benchmarks]:", file=out)
     _columns(([name, t.summary] for name, t in TASKS.items()), out)
     return 0
