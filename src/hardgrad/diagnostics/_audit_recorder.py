@@ -35,8 +35,9 @@ from ._audit_leaves import Leaf, grad_changed, grad_state, grad_tensors, nested_
 from ._audit_ops import Family
 from ._audit_terms import Label, Taints
 
-#: How many occurrences of one site are resolved against a backward; later ones are only
-#: counted (the verdict is stable after a few steps, and a long run stays cheap).
+#: How many occurrences of one site are all resolved against a backward; later ones are
+#: only counted, except the 2**k-th and those reading a trainable tensor directly that the
+#: site has not read before (a layer first used late, through a line its siblings share).
 MAX_RESOLUTIONS = 3
 #: At most this many occurrences wait for a backward (one per site and set of trainable
 #: tensors behind it: the layers of a network that share one line of code stay apart,
@@ -133,7 +134,7 @@ class Recorder:
         self.outside = OutOfGraph()
         self.last_cuts: list[Pending] = []  # cut occurrences of the latest backward
         self.last_sample: FrameType | None = None
-        self._inside_hardgrad: dict[CodeType, bool] = {}
+        self._inside_hardgrad: dict[tuple[CodeType, CodeType | None], bool] = {}
         self._order = 0
         #: The opening thread: the global module/optimizer hooks skip other threads' calls.
         self.thread = threading.get_ident()
@@ -168,7 +169,7 @@ class Recorder:
         (the value without graph) is tainted with it. Returns its key."""
         found = self.site(family, op, location, suggestion)
         found.count += 1
-        if found.resolutions >= MAX_RESOLUTIONS:
+        if not self.due(found, ends):
             return None
         watch = {**self.zero_outs, **self.taints.upstream()}
         leaves, upstream = leaves_below(ends, watch)
@@ -184,6 +185,16 @@ class Recorder:
             self.taints.source(key, found, leaves, result, intent=intent, node=out)
         return key
 
+    @staticmethod
+    def due(found: Site, ends: list[Any]) -> bool:
+        """Whether this occurrence of a site is resolved (the few first, then ever rarer
+        ones: a long run stays cheap, and what only shows later is still seen)."""
+        if found.resolutions < MAX_RESOLUTIONS:
+            return True
+        if any(isinstance(e, torch.Tensor) and id(e) not in found.leaves for e in ends):
+            return True
+        return found.count & (found.count - 1) == 0
+
     def drop(self, key: tuple[Any, ...]) -> None:
         old = self.pending.pop(key, None)
         if old is not None and old.out is not None:
@@ -193,13 +204,16 @@ class Recorder:
         """Whether user code at ``frame`` runs inside a hardgrad op (the ``hard`` and
         ``soft`` callables of :func:`hardgrad.straight_through` are meant to be hard) or
         inside a custom ``autograd.Function`` (a forward that turns grad back on);
-        cached per code object."""
-        known = self._inside_hardgrad.get(frame.f_code)
+        cached per code object and that of its caller (a function passed to
+        ``hg.straight_through`` may also be called directly, where it is watched)."""
+        parent = frame.f_back
+        key = (frame.f_code, parent.f_code if parent is not None else None)
+        known = self._inside_hardgrad.get(key)
         if known is None:
             known = frames.inside(frame, frames.OPS_DIR, self.outer) or frames.inside(
                 frame, frames.FUNCTION_FILE, self.outer
             )
-            self._inside_hardgrad[frame.f_code] = known
+            self._inside_hardgrad[key] = known
         return known
 
     # -- calls -----------------------------------------------------------------------------
