@@ -313,7 +313,10 @@ class VectorQuantize(SettingsInState, nn.Module):
             return
         self.cluster_size.lerp_(counts, 1 - self.decay)  # decay N + (1 - decay) n
         if sums is not None:
-            self.embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
+            # (The product rounded on its own, then added: torch 2.11's compiled
+            # ``add_(sums, alpha=...)`` does so, where its eager kernel fuses the two and
+            # rounds once, so a compiled and an eager codebook drifted apart by an ulp.)
+            self.embed_sum.mul_(self.decay).add_(sums.mul_(1 - self.decay))
             total = self.cluster_size.sum()
             smoothed = (self.cluster_size + self.eps) / (total + self.num_codes * self.eps) * total
             self.codebook.copy_(self.embed_sum / smoothed.unsqueeze(-1))
