@@ -18,6 +18,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import hardgrad
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,12 +61,15 @@ def test_import_hardgrad_pulls_in_no_heavy_module_until_used() -> None:
         x = torch.tensor([0.4, 1.6], requires_grad=True)
         hardgrad.round(x).sum().backward()
         hardgrad.stochastic_round(x).sum().backward()
+        layer = torch.nn.Sequential(hardgrad.nn.Quantize(bits=4), hardgrad.nn.VectorQuantize(8, 2))
+        layer(torch.randn(3, 2))[0].sum().backward()  # first-batch initialisations included
         out["used"] = loaded(HEAVY)
         print(json.dumps(out))
         """)
-    # Bare `import hardgrad` imports not even torch (the CLI's --help relies on it). (Some
-    # uses do import torch._dynamo: torch.func.vjp, which sort's backward calls, imports it
-    # itself, and so does the first call of a `compiler_disabled` function.)
+    # Bare `import hardgrad` imports not even torch (the CLI's --help relies on it). A
+    # `compiler_disabled` function (Quantize's and VectorQuantize's initialisations) imported
+    # Dynamo at its first call, about 2 s. (Some uses still do: torch.func.vjp, which sort's
+    # and soft_rank's backwards call, imports it itself.)
     assert found == {"bare": [], "torch": [], "all": [], "used": []}
 
 
@@ -104,3 +109,27 @@ def test_an_unknown_attribute_is_an_attribute_error() -> None:
         assert "no_such_name" in str(error)
     else:  # pragma: no cover
         raise AssertionError("hardgrad.no_such_name did not raise")
+
+
+@pytest.mark.compile
+def test_a_module_first_run_eagerly_without_dynamo_still_compiles() -> None:
+    # compiler_disabled calls its function directly while Dynamo is not imported; once a
+    # torch.compile imports it, the same module's data-dependent parts run outside the graph.
+    found = _modules_after("""\
+        import json, sys, torch, hardgrad as hg
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(hg.nn.Quantize(bits=4), torch.nn.Linear(4, 4))
+        x = torch.randn(8, 4)
+        eager = model(x)  # first batch: the scale is initialised, Dynamo not imported
+        before = "torch._dynamo" in sys.modules
+        fresh = torch.nn.Sequential(hg.nn.Quantize(bits=4), torch.nn.Linear(4, 4))
+        fresh.load_state_dict(model.state_dict())
+        compiled = torch.compile(model, backend="eager")(x)
+        initialised = torch.compile(fresh, backend="eager")(x)  # its first batch compiled
+        print(json.dumps({
+            "before": before,
+            "same": torch.equal(compiled, eager),
+            "fresh": torch.equal(initialised, model(x)),
+        }))
+        """)
+    assert found == {"before": False, "same": True, "fresh": True}
