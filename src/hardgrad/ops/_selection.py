@@ -20,7 +20,7 @@ from .._kernels import (
     remember,
     softmax_vjp,
 )
-from .._validation import check_dim, check_floating, check_int, check_normal, check_positive
+from .._validation import check_dense, check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature, forward_mode, records_natively
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
@@ -39,6 +39,7 @@ _MAX_CHECKED_SETTINGS = 256
 def _check_selection(x: Tensor, dim: Any, tau: Any, name: str) -> tuple[int, float]:
     """``(dim, tau)`` checked for ``x`` (a floating tensor with an entry along ``dim``):
     ``dim`` made non-negative, ``tau`` a float."""
+    check_dense(x, name)  # (before the cache: its key does not hold the layout)
     if (
         type(dim) is int
         and type(tau) in (int, float)
