@@ -172,3 +172,31 @@ def test_a_draw_read_by_a_critic_is_a_cut_only_without_a_log_prob_term(log_prob:
         opt.step()
     expected = set() if log_prob else {("graph_cut", line)}
     assert _problems(report) == expected, report.format(notes=True)
+
+
+@pytest.mark.parametrize("straight_through", [False, True])
+def test_codebook_lookup_under_no_grad(straight_through: bool) -> None:
+    """The nearest code found under ``torch.no_grad()`` (distances included): without the
+    straight-through copy the decoder's term reaches the encoder only through the index,
+    reported at the argmin; with it, clean over a run longer than the first resolutions."""
+    torch.manual_seed(0)
+    enc, dec = torch.nn.Linear(8, 4), torch.nn.Linear(4, 8)
+    codebook = torch.nn.Parameter(torch.randn(16, 4))
+    opt = torch.optim.Adam([*enc.parameters(), *dec.parameters(), codebook], lr=1e-3)
+    with audit() as report:
+        for _ in range(9):
+            x = torch.randn(32, 8)
+            z = enc(x)
+            with torch.no_grad():
+                idx = torch.cdist(z, codebook).argmin(-1)
+                line = _line(-1)
+            z_q = codebook[idx]
+            loss = F.mse_loss(z_q, z.detach()) + 0.25 * F.mse_loss(z, z_q.detach())
+            if straight_through:
+                z_q = z + (z_q - z).detach()
+            loss = loss + F.mse_loss(dec(z_q), x)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    expected = set() if straight_through else {("graph_cut", line)}
+    assert _problems(report) == expected, report.format(notes=True)

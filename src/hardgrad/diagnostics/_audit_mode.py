@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _audit_frames as frames
 from . import _audit_ops as ops
+from ._audit_graph import end_of, leaves_below
 from ._audit_ops import Family
 from ._audit_recorder import Recorder
 
@@ -30,17 +31,36 @@ class AuditMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.calls += 1
-        if not self.taints.values:  # nothing tainted is alive: the common case
-            return self.dispatch(func, args, kwargs)
+        taints = self.taints
+        if not (taints.values or taints.carried) and torch.is_grad_enabled():
+            return self.dispatch(func, args, kwargs)  # nothing tainted is alive: the common case
+        labels = carried = None
         try:
-            labels = self.taints.labels_of(args, kwargs)
+            labels = taints.labels_of(args, kwargs) if taints.values else None
+            if not torch.is_grad_enabled():
+                carried = self.carried(func, args)
         except Exception:  # never fail the user's call
-            labels = None
+            pass
         result = self.dispatch(func, args, kwargs)
-        if labels:
-            with contextlib.suppress(Exception):
-                self.taints.propagate(labels, func, args, result)
+        with contextlib.suppress(Exception):
+            if labels:
+                taints.propagate(labels, func, args, result)
+            if carried:
+                taints.carry(result, carried)
         return result
+
+    def carried(self, func: Any, args: Any) -> dict[int, torch.Tensor] | None:
+        """Under no_grad: the trainable tensors a call's result is computed from, when
+        user code reads them (or values computed from them under no_grad): what an index
+        taken there later cuts off (``with torch.no_grad(): idx = cdist(z, e).argmin()``)."""
+        found = self.taints.carried_by(args)
+        grads = [a for a in args[:4] if isinstance(a, torch.Tensor) and a.requires_grad]
+        if grads:
+            user = frames.caller(sys._getframe(2), func)
+            if user is not None and not self.recorder.hardgrad_callable(user):
+                leaves, _ = leaves_below([end_of(t) for t in grads], {})
+                found = {**(found or {}), **leaves}
+        return found
 
     def dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         try:

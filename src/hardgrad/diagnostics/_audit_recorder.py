@@ -59,6 +59,7 @@ _NO_GRAD_WATCHED = {
 }  # fmt: skip
 
 Post = Callable[[Any], None]
+_HARDGRAD_CALLERS = (frames.OPS_DIR, frames.FUNCTION_FILE)
 
 
 @dataclass(eq=False)
@@ -170,6 +171,8 @@ class Recorder:
         found = self.site(family, op, location, suggestion)
         found.count += 1
         if not self.due(found, ends):
+            if family is Family.DETACH and found.leaves:  # intent stays known, unwalked
+                self.taints.source((found.key, None), found, found.leaves, result, intent=True)
             return None
         watch = {**self.zero_outs, **self.taints.upstream()}
         leaves, upstream = leaves_below(ends, watch)
@@ -187,8 +190,7 @@ class Recorder:
 
     @staticmethod
     def due(found: Site, ends: list[Any]) -> bool:
-        """Whether this occurrence of a site is resolved (the few first, then ever rarer
-        ones: a long run stays cheap, and what only shows later is still seen)."""
+        """Whether this occurrence is resolved (see MAX_RESOLUTIONS)."""
         if found.resolutions < MAX_RESOLUTIONS:
             return True
         if any(isinstance(e, torch.Tensor) and id(e) not in found.leaves for e in ends):
@@ -210,9 +212,7 @@ class Recorder:
         key = (frame.f_code, parent.f_code if parent is not None else None)
         known = self._inside_hardgrad.get(key)
         if known is None:
-            known = frames.inside(frame, frames.OPS_DIR, self.outer) or frames.inside(
-                frame, frames.FUNCTION_FILE, self.outer
-            )
+            known = any(frames.inside(frame, d, self.outer) for d in _HARDGRAD_CALLERS)
             self._inside_hardgrad[key] = known
         return known
 
@@ -257,6 +257,9 @@ class Recorder:
             inputs = nested_grad_tensors(data)
         else:
             inputs = grad_tensors(args, {}, (0, 1) if family is Family.COMPARE else (0,))
+        if not inputs and not grad_on and family in (Family.INDEX, Family.TUPLE_INDEX):
+            carried = self.taints.carried_by(args)  # computed from trainable tensors
+            inputs = list(carried.values()) if carried else []
         if not inputs:
             return self.made_outside(func, frame) if family is Family.COPY else None
         if family is Family.CAST and not ops.casts_to_non_float(func, args, kwargs):
@@ -294,8 +297,7 @@ class Recorder:
         return after
 
     def made_outside(self, func: Any, frame: FrameType | None) -> Post | None:
-        """``torch.tensor(array)`` and the like by user code after a parameter was read
-        out of the graph: tainted, in case a backward of what it makes fails."""
+        """``torch.tensor(array)`` after a parameter was read out: see _audit_copies."""
         user = frames.caller(frame, func) if self.outside.is_maker(func) else None
         if user is None:
             return None

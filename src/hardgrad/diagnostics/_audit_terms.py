@@ -24,6 +24,7 @@ call and never walks its graph.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,9 @@ class Taints:
         #: id -> (node, labels, generation): graph nodes that read a tainted value.
         self.entries: dict[int, tuple[Any, frozenset[Label], int]] = {}
         self.generation = 0
+        #: id -> (weak reference, trainable tensors, generation): values computed under
+        #: no_grad from trainable tensors (by user code), for an index taken from them there.
+        self.carried: dict[int, tuple[Any, dict[int, torch.Tensor], int]] = {}
         #: id -> (node, site key) of the entries: the cuts upstream of a later watched call.
         self.upstream_map: dict[int, tuple[Any, Any]] = {}
 
@@ -87,6 +91,25 @@ class Taints:
             self._enter(node, labels)
         if isinstance(result, torch.Tensor):
             self._mark(result, labels)
+
+    def carry(self, result: Any, leaves: dict[int, torch.Tensor]) -> None:
+        if (
+            isinstance(result, torch.Tensor)
+            and not result.requires_grad
+            and len(self.carried) < MAX_TAINTED
+        ):
+            self.carried[id(result)] = (weakref.ref(result), leaves, self.generation)
+
+    def carried_by(self, args: Any) -> dict[int, torch.Tensor] | None:
+        """The trainable tensors behind the no_grad values among ``args``, or None."""
+        if not self.carried:
+            return None
+        found: dict[int, torch.Tensor] | None = None
+        for arg in args[:4]:
+            known = self.carried.get(id(arg))
+            if known is not None and known[0]() is arg:
+                found = {**(found or {}), **known[1]}
+        return found
 
     def source_value(self, t: torch.Tensor, label: Label) -> None:
         """Taint a value with a label that is not a source (followed, never judged here)."""
@@ -147,11 +170,11 @@ class Taints:
         left the graph came back into it. Then age the taints by one backward (those made
         before the previous backward are dropped: a GAN's fake batch serves two)."""
         try:
-            if not (self.sources and self.entries):
-                return {}, None
+            if not self.entries or all(s.intent for s in self.sources.values()):
+                return {}, None  # nothing to judge: no walk
             return self._judge([r for r in roots if isinstance(r, torch.Tensor)])
         finally:
-            if self.sources or self.values or self.entries:
+            if self.sources or self.values or self.entries or self.carried:
                 self._age()
 
     def _age(self) -> None:
@@ -160,6 +183,7 @@ class Taints:
         self.values = {k: v for k, v in self.values.items() if v[2] > old}
         self.entries = {k: v for k, v in self.entries.items() if v[2] > old}
         self.upstream_map = {k: v for k, v in self.upstream_map.items() if k in self.entries}
+        self.carried = {k: v for k, v in self.carried.items() if v[2] > old}
         self.sources = {k: v for k, v in self.sources.items() if v.generation > old}
 
     def _judge(self, roots: list[torch.Tensor]) -> tuple[dict[Label, TermCut], Reach | None]:
