@@ -7,7 +7,7 @@ a VQ-VAE, LSQ from detach tricks, evaluation loops, DQN targets under ``no_grad`
 real bugs (a comparison spike, ``torch.sign`` on weights, ``torch.bernoulli`` neurons, an
 encoder under ``no_grad``, features through ``.data``, an argmax router, a loss rebuilt
 from ``.item()``, a forgotten bare bias; and cuts another loss term hides: a VQ-VAE without
-its straight-through line, top-k experts with fixed gates, a policy term without
+its straight-through line (codebook loss or EMA codebook), top-k experts with fixed gates, a policy term without
 ``log_prob`` beside an entropy bonus, a GAN's generator step detached). ``expected.json`` lists, per model, the exact
 problems (kind and tagged line), the notes that must be there and the lines that must stay
 silent. The corpus is scored as a whole: every expected problem found (recall 1) and no

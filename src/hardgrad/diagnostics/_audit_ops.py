@@ -83,8 +83,12 @@ TUPLE_INDICES: dict[str, str] = {
     "combinatorial solver inside a model: hg.imle(solver, k=k), hg.perturbed(solver) or "
     "hg.blackbox(solver, lam=...)",
     "max": "the values keep a gradient, the indices do not: use the values, or "
-    "hg.one_hot_argmax(logits) for a one-hot choice with a softmax gradient",
-    "min": "the values keep a gradient, the indices do not: use the values",
+    "hg.one_hot_argmax(logits) for a one-hot choice with a softmax gradient; if it picks "
+    "the nearest codebook vector (the max of minus the distances), hg.vector_quantize(z, "
+    "codebook) does the lookup with a straight-through gradient to the encoder",
+    "min": "the values keep a gradient, the indices do not: use the values; if it picks "
+    "the nearest codebook vector, hg.vector_quantize(z, codebook) does the lookup with a "
+    "straight-through gradient to the encoder",
     "median": "the values keep a gradient, the indices do not: use the values",
     "mode": "the values keep a gradient, the indices do not: use the values",
     "kthvalue": "the values keep a gradient, the indices do not: use the values",
