@@ -36,8 +36,11 @@ Kinds:
 * ``"no_gradient"``: a tensor that requires grad (a parameter of a module called in the
   block, a tensor made with ``requires_grad=True``, one an optimizer steps) that no
   backward in the block gave a gradient (``grad is None`` or unchanged) or a non-zero one
-  (an unexplained all-zero gradient is a note: a zero-initialised layer after it); also
-  ``backward()`` of a tensor that does not require grad.
+  (an unexplained all-zero gradient is a note: a zero-initialised layer after it); a
+  parameter that backwards give a gradient but that no optimizer stepped in the block
+  holds (``hg.nn.quantize_``'s step sizes made after the optimizer); also ``backward()``
+  of a tensor that does not require grad, with its cause (a parameter read out through
+  NumPy and made a tensor again by ``torch.tensor(...)``: a solver without its wrapper).
 
 Never reported: calls inside a custom ``autograd.Function``'s ``forward``/``backward``
 (that is where a surrogate gradient is defined), anything computed under

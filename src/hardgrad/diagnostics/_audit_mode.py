@@ -27,6 +27,7 @@ class AuditMode(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
         self.taints = recorder.taints
+        self.outside = recorder.outside
         self.calls = 0
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -72,7 +73,7 @@ class AuditMode(TorchFunctionMode):
             if len(_FAMILIES) < 4096:
                 _FAMILIES[func] = family
         if family is _IGNORE:
-            if self.recorder.outside.reads and self.recorder.outside.is_maker(func):
+            if self.outside.reads and self.outside.is_maker(func):
                 return self.recorder.handle(Family.COPY, func, args, kwargs or {}, sys._getframe(2))
             if not kwargs:
                 return func(*args)
