@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._compat import fresh_output
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_floating, check_int, check_positive
 from .ops._autograd import (
@@ -266,7 +267,7 @@ class _Perturbed(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor]:
         ys = _solve_samples(solver, opmath(theta).unsqueeze(0) + sigma * noise, theta.dtype)
         y = _solve(solver, theta) if hard else ys.mean(0).to(theta.dtype)
-        return y, ys
+        return fresh_output(y), ys
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -299,7 +300,7 @@ class _PerturbedFenchelYoung(torch.autograd.Function):
         value = _inner(perturbed, ys).mean(0) - _inner(
             opmath(theta).unsqueeze(0), opmath(target).unsqueeze(0)
         ).squeeze(0)
-        return value.reshape(theta.shape[:1]).to(theta.dtype), ys.mean(0)
+        return fresh_output(value.reshape(theta.shape[:1]).to(theta.dtype)), ys.mean(0)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -324,7 +325,7 @@ class _IMLE(torch.autograd.Function):
     @staticmethod
     def forward(theta: Tensor, noise: Tensor, solver: Solver, lam: float) -> tuple[Tensor, Tensor]:
         ys = _solve_samples(solver, opmath(theta).unsqueeze(0) + noise, theta.dtype)
-        return ys.mean(0).to(theta.dtype), ys
+        return fresh_output(ys.mean(0).to(theta.dtype)), ys
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -349,7 +350,7 @@ class _Blackbox(torch.autograd.Function):
 
     @staticmethod
     def forward(theta: Tensor, solver: Solver, lam: float) -> Tensor:
-        return _solve(solver, theta)
+        return fresh_output(_solve(solver, theta))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:

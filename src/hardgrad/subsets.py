@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._compat import fresh_output
 from ._kernels import opmath, opmath_dtype, random_tensor
 from ._validation import check_dim, check_floating, check_int, check_positive
 from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
@@ -250,7 +251,7 @@ class _HardWithRelaxedBackward(torch.autograd.Function):
         hard: Callable[[Tensor, Tensor], Tensor],
         relaxed: Callable[[Tensor, Tensor], Tensor],
     ) -> Tensor:
-        return hard(logits, noise)
+        return fresh_output(hard(logits, noise))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._compat import fresh_output
 from .._kernels import argmax, eager_plain, finite, one_hot, opmath
 from ..ops._autograd import apply_function, cached_signature, forward_mode
 
@@ -211,12 +212,12 @@ class _ProbsSample(torch.autograd.Function):
             g0, g1 = gumbel.unbind(-1)
             perturbed = binary_log_odds(probs).to(gumbel.dtype) + g1
             if kind == "gumbel_softmax":  # sigma((l + g1 - g0) / tau): 0 and 1 at p = 0, 1
-                return torch.sigmoid(finite((perturbed - g0) / tau)).to(probs.dtype)
+                return fresh_output(torch.sigmoid(finite((perturbed - g0) / tau)).to(probs.dtype))
             return 1 - torch.le(perturbed, g0).to(probs.dtype)
         log_q = log_probs(probs, binary)
         if kind == "gumbel_softmax":
             scaled = (log_q + gumbel) if tau == 1 else (log_q + gumbel) / tau
-            return torch.softmax(finite(scaled), dim).to(probs.dtype)  # 0 where q_i = 0
+            return fresh_output(torch.softmax(finite(scaled), dim).to(probs.dtype))  # 0 at q_i = 0
         index = argmax(log_q.to(gumbel.dtype) + gumbel, dim)
         return one_hot(probs, dim, index)
 
