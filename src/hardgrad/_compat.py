@@ -7,13 +7,15 @@ supported torch no longer needs it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 #: Whether Dynamo drops a custom ``autograd.Function``'s backward for outputs that alias
 #: a tensor made inside ``forward`` (see :func:`fresh_output`): torch 2.11 and 2.12 (read
 #: once, at import).
-_ALIASED_OUTPUT_LOSES_BACKWARD = torch.torch_version.TorchVersion(torch.__version__) < (2, 13)
+ALIASED_OUTPUT_LOSES_BACKWARD = torch.torch_version.TorchVersion(torch.__version__) < (2, 13)
 
 
 def fresh_output(y: Tensor) -> Tensor:
@@ -36,6 +38,37 @@ def fresh_output(y: Tensor) -> Tensor:
         >>> fresh_output(y) is y  # eager mode: the tensor itself
         True
     """
-    if _ALIASED_OUTPUT_LOSES_BACKWARD and torch.compiler.is_compiling():
+    if ALIASED_OUTPUT_LOSES_BACKWARD and torch.compiler.is_compiling():
         return y.clone()
     return y
+
+
+#: Whether ``torch.func.vmap`` lacks a batching rule for ``Tensor.view(dtype)`` (the
+#: reinterpretation of a tensor's bits): torch 2.11 raises "Batching rule not implemented
+#: for aten::view.dtype"; torch 2.13 has one.
+VMAP_LACKS_VIEW_DTYPE = ALIASED_OUTPUT_LOSES_BACKWARD
+
+
+def truncated_significand(x: Tensor, bits: int) -> Tensor:
+    """``x`` with its binary significand truncated toward zero, keeping the bits of
+    ``bits`` significant bits' worth of a normal number (float32 or float64): bit for bit
+    what clearing the low fraction bits of its IEEE pattern gives, subnormals, zeros and
+    infinities included (NaN stays NaN).
+
+    For ``torch.func`` transforms on torch < 2.13, whose ``vmap`` has no batching rule for
+    the bit reinterpretation ``x.view(int_type)``. With ``frexp``, ``x = m 2^e``,
+    ``1/2 <= |m| < 1``; a normal number keeps the multiples of ``2^(e - bits)``, a
+    subnormal those of the smallest normal exponent's quantum, so ``e`` is raised to that
+    exponent first (every scaling below is by an exact power of two).
+
+    Example:
+        >>> import torch
+        >>> truncated_significand(torch.tensor([1.0 + 2.0**-20, -3.75]), 2)
+        tensor([ 1., -3.])
+    """
+    info = torch.finfo(x.dtype)
+    low = int(math.log2(info.tiny)) + 1  # frexp's exponent of the smallest normal
+    mantissa, exponent = torch.frexp(x)
+    raised = exponent.clamp_min(low)
+    whole = torch.trunc(torch.ldexp(mantissa, exponent - raised + bits))
+    return torch.ldexp(whole, raised - bits)

@@ -32,6 +32,9 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
+from ._compat import VMAP_LACKS_VIEW_DTYPE, truncated_significand
+from ._validation import _is_transformed
+
 #: Significand bits (with the implicit one) and smallest normal binary exponent.
 FORMATS: dict[torch.dtype, tuple[int, int, int]] = {
     torch.float64: (53, -1022, 1023),
@@ -170,7 +173,10 @@ def product_error(
     rounded = float(torch.tensor(factor, dtype=torch.float64).to(x.dtype))
     k_hi, k_lo = _split_float(rounded, bits)
     rest = factor - rounded
-    x_hi = x.view(int_type).bitwise_and(mask).view(x.dtype)
+    if VMAP_LACKS_VIEW_DTYPE and _is_transformed(x):  # (the same bits, by frexp)
+        x_hi = truncated_significand(x, bits)
+    else:
+        x_hi = x.view(int_type).bitwise_and(mask).view(x.dtype)
     x_lo = x - x_hi
     error = torch.mul(x_hi, k_hi).sub_(x * factor if product is None else product)
     error.add_(x_lo, alpha=k_hi).add_(x_hi, alpha=k_lo).add_(x_lo, alpha=k_lo)
