@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import _task
 from ._task import BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
@@ -106,6 +106,7 @@ def run_tasks(
     configs: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     on_result: Callable[[TaskResult], None] | None = None,
+    log: IO[str] | None = None,
 ) -> list[TaskResult]:
     """Run the named tasks (all registered ones when ``names`` is empty).
 
@@ -113,13 +114,15 @@ def run_tasks(
     ``report.md`` to ``settings.out`` when it is set. Under ``torchrun`` it joins the
     process group first (see :mod:`hardgrad.bench._distributed`); only rank 0 reports. ``configs`` overrides a task's default
     config (``task.config(settings.quick)``), e.g. for tests. ``on_result`` is called
-    with each result as soon as its task is done (the CLI prints it).
+    with each result as soon as its task is done (the CLI prints it). With ``log`` (the CLI
+    passes stderr), a line when each task starts, with its estimated time (see
+    :mod:`hardgrad.bench._eta`), and one when it ends, with the time it took.
     """
     import io
 
     import torch
 
-    from . import _distributed
+    from . import _distributed, _eta
     from .report import PlainProgress, make_progress, write_results
 
     registry = _all_tasks()
@@ -133,15 +136,30 @@ def run_tasks(
         progress = PlainProgress(io.StringIO())
     progress = progress if progress is not None else make_progress()
     results: list[TaskResult] = []
+    if not main:
+        log = None
+    previous = _eta.previous_times(settings.out, settings.quick) if log is not None else {}
+    estimates = [_eta.estimate(t.name, settings.quick, previous) for t in tasks]
     threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:
-        for entry in tasks:
+        for i, entry in enumerate(tasks):
             torch.manual_seed(settings.seed)
             config = (configs or {}).get(entry.name) or entry.config(settings.quick)
+            where = f"[bench {i + 1}/{len(tasks)}] {entry.name}"
+            if log is not None:
+                print(f"{where}: started, {_estimate_text(estimates[i:])}", file=log, flush=True)
             t0 = time.perf_counter()
             result = entry.run(settings, config, progress)
             result.wall_s = time.perf_counter() - t0
+            if log is not None:
+                expected = estimates[i]
+                print(
+                    f"{where}: done in {_eta.duration(result.wall_s)}"
+                    + (f" (estimate {_eta.duration(expected[0])})" if expected else ""),
+                    file=log,
+                    flush=True,
+                )
             results.append(result)
             if main and settings.out is not None:  # keep what is done if a later task fails
                 write_results(settings.out, settings, results)
@@ -152,3 +170,17 @@ def run_tasks(
         if not already_in_group:
             _distributed.teardown()
     return results
+
+
+def _estimate_text(estimates: Sequence[tuple[float, str] | None]) -> str:
+    """``estimate 30 s (measured quick time); about 4 min 10 s left in all`` for the
+    estimates of this task and those after it."""
+    from ._eta import duration
+
+    first = estimates[0]
+    if first is None:
+        return "no estimate (no earlier run in the --out folder)"
+    text = f"estimate {duration(first[0])} ({first[1]})"
+    if len(estimates) > 1 and all(e is not None for e in estimates):
+        text += f"; about {duration(sum(e[0] for e in estimates if e))} left in all"
+    return text

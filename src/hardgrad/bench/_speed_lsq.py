@@ -30,7 +30,14 @@ from torch import Tensor
 from .. import ops as _ops
 from ._speed_candidates import SpeedCheckError
 from ._task import BenchSettings, Table
-from ._timing import median, round_ratios, time_interleaved
+from ._timing import (
+    UNRESOLVED,
+    median,
+    ratio_interval,
+    ratio_verdict,
+    round_ratios,
+    time_interleaved,
+)
 
 #: (scheme, learns the zero point) of the rows.
 ROWS = (("per-tensor", False), ("per-channel", False), ("per-tensor", True), ("per-channel", True))
@@ -141,6 +148,8 @@ def run_lsq(
                 "ratio": hg_s / torch_s,
                 "round_ratios": ratios,
                 "rounds_faster": sum(r < 1.0 for r in ratios),
+                "ratio_ci": list(ratio_interval(ratios)),
+                "verdict": ratio_verdict(ratios),
             }
     return results
 
@@ -159,7 +168,8 @@ def lsq_table(results: dict[str, Any]) -> Table:
                 " x ".join(map(str, r["shape"])),
                 f"{r['torch_ms']:.3f}",
                 f"{r['hardgrad_ms']:.3f}",
-                f"{r['ratio']:.2f}",
+                f"{r['ratio']:.2f}"
+                + (" unresolved (noise)" if r.get("verdict") == UNRESOLVED else ""),
                 f"{r['rounds_faster']}/{len(r['round_ratios'])}",
             ]
         )

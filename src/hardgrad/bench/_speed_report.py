@@ -9,7 +9,7 @@ import torch
 
 from ._pyplot import pyplot
 from ._task import BenchSettings, Table
-from ._timing import median
+from ._timing import UNRESOLVED, median
 
 if TYPE_CHECKING:
     from .speed import SpeedConfig
@@ -47,7 +47,10 @@ def _ratio_cell(summary: dict[str, Any]) -> str:
     if ratio != ratio:
         return "n/a"
     mark = "✓" if ratio <= 1.0 else ("≈" if ratio <= TIE else "✗")
-    return f"{ratio:.2f} {mark} {summary['rounds_faster']}/{len(summary['round_ratios'])}"
+    cell = f"{ratio:.2f} {mark} {summary['rounds_faster']}/{len(summary['round_ratios'])}"
+    if summary.get("verdict") == UNRESOLVED:
+        cell += " unresolved (noise)"
+    return cell
 
 
 _TITLES = {
@@ -182,7 +185,7 @@ def notes(
         f"float32 on {settings.device}, {torch.get_num_threads()} threads; elementwise ops on "
         f"{config.numel:,} elements, one_hot_argmax/topk_mask on ({rows:,}, {cols}) logits "
         f"along the last dim; timed statement `y = fn(x); torch.autograd.grad(y, x, g)`.",
-        f"{config.rounds} interleaved rounds (order shuffled each round), "
+        f"Up to {config.rounds} interleaved rounds (order shuffled each round), "
         f"blocked_autorange(min_run_time={config.min_run_time}) per candidate per round; "
         "median over rounds.",
         "ratio = hardgrad / fastest alternative (target ≤ 1.0); × floor = hardgrad / the "
@@ -271,8 +274,25 @@ def notes(
             notes.append("Failed to compile, not timed: " + "; ".join(failed) + ".")
     notes.append(
         "ratio marks: ✓ at most 1.0; ≈ within 5 % above (a tie on this noisy machine); ✗ "
-        "more. k/n: rounds in which hardgrad beat that alternative (paired within a round)."
+        "more. k/n: rounds in which hardgrad beat that alternative (paired within a round). "
+        "unresolved (noise): the confidence interval of the median per-round ratio (order "
+        "statistics, 95 % where the rounds allow, else their range) contains 1, so this run "
+        "cannot say which is faster."
     )
+    if config.budget_s is not None:
+        short = sorted(
+            {
+                len(ops[n][m]["round_ratios"])
+                for n in names
+                for m in ("eager", "compiled", "small")
+                if ops[n][m] is not None and ops[n][m]["round_ratios"]
+            }
+        )
+        notes.append(
+            f"Rounds: at most {config.rounds}, stopped once a comparison's rounds would take "
+            f"more than {config.budget_s:g} s (at least 3); rounds run per comparison: "
+            f"{', '.join(map(str, short)) or 'none'}."
+        )
     if config.small_numel:
         notes.append(
             f"Small tensors: {config.small_numel:,} elements (selection ops "
@@ -289,10 +309,10 @@ def notes(
         if missed:
             notes.append(f"{mode}: slower than the fastest alternative: " + ", ".join(missed) + ".")
     contended = [
-        f"{n} {ops[n][m]['quiet_ratio']:.2f} ({ops[n][m]['quiet_rounds']}/{config.rounds})"
+        f"{n} {ops[n][m]['quiet_ratio']:.2f} ({ops[n][m]['quiet_rounds']}/{ops[n][m]['rounds']})"
         for m in ("eager",)
         for n in names
-        if ops[n][m] is not None and ops[n][m]["quiet_rounds"] < config.rounds
+        if ops[n][m] is not None and ops[n][m]["quiet_rounds"] < ops[n][m]["rounds"]
     ]
     if contended:
         notes.append(
@@ -461,7 +481,7 @@ def _sampler_notes(samplers: dict[str, Any], config: SpeedConfig) -> list[str]:
         "torch.autograd.grad(y, l, g)` with fresh noise on every call: hardgrad's samplers "
         "and torch.bernoulli draw from a torch.Generator seeded once, F.gumbel_softmax and "
         "OneHotCategoricalStraightThrough from the global RNG (they take no generator). "
-        f"{config.rounds} interleaved rounds per sampler family (the floor, two copies of "
+        f"Up to {config.rounds} interleaved rounds per sampler family (the floor, two copies of "
         "l's size, in the same rounds); median over rounds.",
     ]
     common = [
@@ -527,10 +547,10 @@ def _sampler_notes(samplers: dict[str, Any], config: SpeedConfig) -> list[str]:
         if missed:
             notes.append(f"{mode}: slower than the alternative: " + ", ".join(missed) + ".")
     contended = [
-        f"{kind} {name} {s['quiet_ratio']:.2f} ({s['quiet_rounds']}/{config.rounds})"
+        f"{kind} {name} {s['quiet_ratio']:.2f} ({s['quiet_rounds']}/{s['rounds']})"
         for kind, entry in samplers.items()
         for name, s in entry["eager"]["rows"].items()
-        if s["quiet_rounds"] < config.rounds
+        if s["quiet_rounds"] < s["rounds"]
     ]
     if contended:
         notes.append(

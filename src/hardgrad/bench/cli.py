@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import textwrap
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -286,13 +287,46 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = BenchSettings(**settings_kwargs)
     # Dedupe, keep the order given.
     names = list(dict.fromkeys(args.tasks))
-    run_tasks(names, settings, on_result=print_result)
-    if settings.out is not None and _distributed.env_int("RANK", 0) == 0:  # rank 0 writes
-        print(
-            f"\nWrote {settings.out / 'results.json'} and {settings.out / 'report.md'}",
-            file=sys.stderr,
-        )
+    started = time.time()
+    results = run_tasks(names, settings, on_result=print_result, log=sys.stderr) or []
+    if _distributed.env_int("RANK", 0) != 0:  # rank 0 reports
+        return 0
+    from .verdict import verdict_lines, verdicts_of
+
+    print(file=sys.stdout)
+    for line in verdict_lines(verdicts_of(results), quick=settings.quick):
+        print(line, file=sys.stdout)
+    if settings.out is not None:
+        print(wrote_line(settings.out, started), file=sys.stdout)
+    sys.stdout.flush()
     return 0
+
+
+def written_since(out: Path, started: float) -> list[Path]:
+    """The files under ``out`` modified at or after ``started`` (``time.time()``), relative
+    to ``out``: ``results.json`` and ``report.md`` first, then the rest sorted."""
+    files = [
+        p.relative_to(out)
+        for p in out.rglob("*")
+        if p.is_file() and p.stat().st_mtime >= started - _MTIME_SLACK_S
+    ]
+    first = [Path("results.json"), Path("report.md")]
+    return [p for p in first if p in files] + sorted(p for p in files if p not in first)
+
+
+#: File systems store modification times coarsely (1 s on some); a file written within
+#: this of the start still counts as written by this run.
+_MTIME_SLACK_S = 1.0
+
+
+def wrote_line(out: Path, started: float) -> str:
+    """``Wrote: 3 files in OUT/: results.json, report.md, a.png``: every file written
+    under ``out`` since ``started``."""
+    files = written_since(out, started)
+    if not files:
+        return f"Wrote: nothing in {out}/"
+    names = ", ".join(p.as_posix() for p in files)
+    return f"Wrote: {len(files)} file{'s' if len(files) != 1 else ''} in {out}/: {names}"
 
 
 def _exit_status(code: object) -> int:

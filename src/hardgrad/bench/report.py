@@ -360,9 +360,23 @@ def write_results(
 
 
 def markdown_report(env: dict[str, Any], results: Sequence[TaskResult]) -> str:
-    """The Markdown report: environment, then each task's tables, notes and figures."""
+    """The Markdown report: the verdict (see :mod:`hardgrad.bench.verdict`), the
+    environment, then each task's tables, notes and figures."""
+    from .verdict import verdict_lines, verdicts_of
+
+    verdict = verdict_lines(verdicts_of(results), quick=bool(env["quick"]))
     lines = [
         "# hardgrad benchmark report",
+        "",
+        f"## {verdict[0]}",
+        "",
+        verdict[1],
+        "",
+        *verdict[2:-1],  # the tasks, a list
+        "",
+        verdict[-1],
+        "",
+        "## Environment",
         "",
         f"- date: {env['date']}",
         f"- hardgrad {env['hardgrad']}, torch {env['torch']}, Python {env['python']}",

@@ -81,6 +81,7 @@ from ._timing import (
     median,
     ms,
     page_faults_per_call,
+    round_budget,
     saved_bytes_per_element,
     time_interleaved,
 )
@@ -119,6 +120,11 @@ class SpeedConfig:
             skips the sweep.
         lsq: time LSQ against torch's fused learnable fake-quantize kernels at
             ``small_numel`` and ``numel`` elements (:mod:`hardgrad.bench._speed_lsq`).
+        budget_s: wall seconds each comparison's timing rounds may take (one op in one
+            mode, one sampler row, ...): on a loaded machine fewer than ``rounds`` are
+            run, at least :data:`~hardgrad.bench._timing.MIN_ROUNDS` (``None``: always
+            ``rounds``). A ratio whose confidence interval over the rounds straddles 1 is
+            reported as "unresolved (noise)".
     """
 
     numel: int = 2**22
@@ -136,12 +142,18 @@ class SpeedConfig:
     audit: bool = True
     rao_ks: tuple[int, ...] = (1, 2, 5, 10, 20)
     lsq: bool = True
+    budget_s: float | None = None
 
 
 #: Ops compiled in the ``--quick`` setting (compiling all of them takes minutes on 2 cores).
 QUICK_COMPILE_OPS = ("round", "sign", "clamp", "quantize")
 #: Sampler rows compiled in the ``--quick`` setting.
 QUICK_COMPILE_SAMPLERS = ("categorical/st_gumbel",)
+
+
+#: Seconds of timing rounds per comparison in the ``--quick`` setting (7 rounds of 6
+#: candidates at 0.02 s take about 1.5 s on an idle machine).
+QUICK_BUDGET_S = 3.0
 
 
 def default_config(quick: bool) -> SpeedConfig:
@@ -155,6 +167,7 @@ def default_config(quick: bool) -> SpeedConfig:
             compile_ops=QUICK_COMPILE_OPS,
             compile_samplers=QUICK_COMPILE_SAMPLERS,
             rao_ks=(1, 5, 10),
+            budget_s=QUICK_BUDGET_S,
         )
     return SpeedConfig()
 
@@ -431,42 +444,45 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
     load_before = _load_average()
     ops: dict[str, Any] = {}
     try:
-        for name in names:
-            ops[name] = _run_op(
-                OPS.get(name), name in compiled_names, config, settings, rng, progress
-            )
-        samplers = run_samplers(
-            sampler_rows,
-            compiled_samplers,
-            config.matrix,
-            config.rounds,
-            config.min_run_time,
-            settings,
-            rng,
-            progress,
-            small_matrix,
-        )
-        rao = None
-        if config.rao_ks:
-            rao = run_rao_sweep(
-                config.rao_ks, config.matrix, config.rounds, config.min_run_time, settings, rng
-            )
-            progress.advance("gumbel_rao against k")
-        audit_overhead = None
-        if config.audit:
-            audit_overhead = run_audit_overhead(settings, config.rounds, config.min_run_time, rng)
-            progress.advance("audit() overhead")
-        lsq = None
-        if config.lsq:
-            sizes = {"small": config.small_numel} if config.small_numel else {}
-            lsq = run_lsq(
-                {**sizes, "large": config.numel},
-                settings,
+        with round_budget(config.budget_s):
+            for name in names:
+                ops[name] = _run_op(
+                    OPS.get(name), name in compiled_names, config, settings, rng, progress
+                )
+            samplers = run_samplers(
+                sampler_rows,
+                compiled_samplers,
+                config.matrix,
                 config.rounds,
                 config.min_run_time,
+                settings,
                 rng,
+                progress,
+                small_matrix,
             )
-            progress.advance("LSQ against torch's learnable kernels")
+            rao = None
+            if config.rao_ks:
+                rao = run_rao_sweep(
+                    config.rao_ks, config.matrix, config.rounds, config.min_run_time, settings, rng
+                )
+                progress.advance("gumbel_rao against k")
+            audit_overhead = None
+            if config.audit:
+                audit_overhead = run_audit_overhead(
+                    settings, config.rounds, config.min_run_time, rng
+                )
+                progress.advance("audit() overhead")
+            lsq = None
+            if config.lsq:
+                sizes = {"small": config.small_numel} if config.small_numel else {}
+                lsq = run_lsq(
+                    {**sizes, "large": config.numel},
+                    settings,
+                    config.rounds,
+                    config.min_run_time,
+                    rng,
+                )
+                progress.advance("LSQ against torch's learnable kernels")
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
