@@ -33,8 +33,15 @@ class AuditMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.calls += 1
         taints = self.taints
-        if not (taints.values or taints.carried) and torch.is_grad_enabled():
-            return self.dispatch(func, args, kwargs)  # nothing tainted is alive: the common case
+        if not (taints.values or taints.carried) and _grad_enabled():
+            # Nothing tainted is alive: the common case, a call that cannot lose a gradient.
+            try:
+                family = _FAMILIES.get(func)
+            except TypeError:  # an unhashable callable
+                family = None
+            if family is _IGNORE and not kwargs and not self.outside.reads:
+                return func(*args)
+            return self.dispatch(func, args, kwargs)
         labels = carried = None
         try:
             labels = taints.labels_of(args, kwargs) if taints.values else None
@@ -88,5 +95,6 @@ class AuditMode(TorchFunctionMode):
 
 
 _IGNORE = Family.IGNORE
+_grad_enabled = torch.is_grad_enabled
 #: Family of each function object seen (shared by all audits: functions do not change).
 _FAMILIES: dict[Any, Family] = {}
