@@ -66,7 +66,9 @@ def test_the_difference_alone_gives_the_pairs_sample_and_gradient(
 
 def _forward_ops(estimator: Any) -> list[str]:
     x = torch.randn(64, 32, requires_grad=True)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # (acc_events=True: one cycle either way; without it torch 2.11's profiler warns that
+    # it clears events at each cycle's end, an error under filterwarnings = error.)
+    with profile(activities=[ProfilerActivity.CPU], acc_events=True) as prof:
         hg.bernoulli(x, estimator=estimator, generator=torch.Generator().manual_seed(0))
     return [event.name for event in prof.events()]
 
