@@ -138,8 +138,18 @@ def test_speed_verdict_faster_slower_unresolved() -> None:
     assert "slower: round" in verdict.claims[0].detail
 
 
+def test_speed_samplers_claim_counts_same_semantics_rows_only() -> None:
+    rows = {
+        "st_gumbel": {**_timed("faster", 0.7), "compared_with": "same semantics"},
+        "gumbel_rao": {**_timed("slower", 20.0), "compared_with": "common reference"},
+    }
+    data = {"ops": {}, "samplers": {"categorical": {"eager": {"rows": rows}}}}
+    claim = next(c for c in derive("speed", "", data, {}).claims if c.text.startswith("samplers"))
+    assert (claim.status, claim.detail) == (HELD, "1/1 faster")
+
+
 def test_unknown_task_and_malformed_results_still_give_a_line() -> None:
-    assert derive("vq", "VQ things", {}, {}).claims == []
+    assert derive("unknown", "things", {}, {}).claims == []
     broken = derive("toy", "toy things", {"no rows": []}, {})
     assert broken.winner.startswith("no verdict: results lack")
 

@@ -18,6 +18,7 @@ alternative.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -311,13 +312,127 @@ def _speed(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
         for kind, entry in samplers.items()
         if isinstance(entry, Mapping) and isinstance(entry.get("eager"), Mapping)
         for name, s in entry["eager"].get("rows", {}).items()
+        # an estimator timed against a common reference (Gumbel-Rao's k draws against
+        # one) is not the claim, which holds samplers to the same semantics
+        if s.get("compared_with", "same semantics") == "same semantics"
     }
     if rows:
-        claims.append(_ratio_claim("samplers <= 1.0x torch (eager)", rows))
+        claims.append(_ratio_claim("samplers <= 1.0x torch, same semantics (eager)", rows))
     eager = [o["eager"] for o in ops.values() if o.get("eager")]
     faster = sum(s.get("verdict", "") == "faster" for s in eager)
     winner = f"hardgrad faster in {faster}/{len(eager)} ops (eager)" if eager else "n/a"
     return Verdict("speed", "hardgrad vs the fastest hand-written op, fwd+bwd time", winner, claims)
+
+
+# --------------------------------------------------------------------------- the others
+
+
+def _mean(value: Any) -> float:
+    """A figure that is either a number or a ``{"mean": ...}`` summary over seeds."""
+    return float(value["mean"] if isinstance(value, Mapping) else value)
+
+
+def _rows_best(rows: Sequence[Mapping[str, Any]], label: str, key: str, lower: bool) -> str:
+    best = _best({str(r[label]): _mean(r[key]) for r in rows}, lower=lower)
+    return f"{best[0]} ({key.replace('_', ' ')} {best[1]:.3g})" if best else "n/a"
+
+
+def _vq(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    rows = data["rows"]
+    by = {r["variant"]: r for r in rows}
+    seeds = int(settings.get("seeds", 1))
+    claims = []
+    if "STE" in by and "rotation" in by:
+        a, b = by["rotation"], by["STE"]
+        better = [
+            a["recon_mse"]["mean"] < b["recon_mse"]["mean"],
+            a["usage"]["mean"] > b["usage"]["mean"],
+        ]
+        resolved = [
+            seeds >= 2 and abs(a[k]["mean"] - b[k]["mean"]) > 2 * max(a[k]["std"], b[k]["std"])
+            for k in ("recon_mse", "usage")
+        ]
+        if all(better) and all(resolved):
+            status = HELD
+        elif any(r and not g for g, r in zip(better, resolved, strict=True)):
+            status = NOT_HELD
+        else:
+            status = UNRESOLVED
+        detail = (
+            f"MSE {'lower' if better[0] else 'higher'}, usage {'higher' if better[1] else 'lower'}"
+            f", {seeds} seed{'s' if seeds != 1 else ''}"
+        )
+        claims.append(Claim("rotation trick beats STE (Fifty 2024)", status, detail))
+    if "FSQ" in by:
+        usage = by["FSQ"]["usage"]["mean"]
+        claims.append(
+            Claim(
+                "FSQ uses >= 90 % of codes (Mentzer 2023)",
+                HELD if usage >= 0.9 else NOT_HELD,
+                f"{100 * usage:.0f} %",
+            )
+        )
+    return Verdict(
+        "vq",
+        f"{len(rows)} VQ bottlenecks, test reconstruction",
+        _rows_best(rows, "variant", "recon_mse", True),
+        claims,
+    )
+
+
+def _models(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    from ._timing import ratio_verdict
+
+    models = data["models"]
+    summaries = {
+        name: {"ratio": m["ratio"], "verdict": ratio_verdict(m.get("round_ratios") or [])}
+        for name, m in models.items()
+    }
+    claim = _ratio_claim("training step <= 1.0x hand-written", summaries)
+    faster = sum(s["verdict"] == "faster" for s in summaries.values())
+    return Verdict(
+        "models",
+        f"{len(models)} hand-written models vs the same with hardgrad, step time",
+        f"hardgrad faster in {faster}/{len(models)}",
+        [claim],
+    )
+
+
+def _moe(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    rows = [r for r in data["rows"] if r["estimator"] != "exact"]
+    return Verdict(
+        "moe",
+        f"{len(rows)} router gradients, cosine to the exact one",
+        _rows_best(rows, "estimator", "cosine", False),
+    )
+
+
+def _l0(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    rows = data["rows"]
+    best_accuracy = max(_mean(r["accuracy"]) for r in rows)
+    kept = [r for r in rows if _mean(r["accuracy"]) >= best_accuracy - 0.01]
+    sparsest = max(kept, key=lambda r: _mean(r["weight_sparsity"]))
+    grows = all(
+        _mean(a["weight_sparsity"]) <= _mean(b["weight_sparsity"]) + 1e-9
+        for a, b in itertools.pairwise(rows)
+    )
+    return Verdict(
+        "l0",
+        f"{len(rows)} penalty weights, accuracy vs weights removed",
+        f"lambda {sparsest['lambda']:g} ({100 * _mean(sparsest['weight_sparsity']):.0f} % removed, "
+        f"accuracy within 1 pp of the best)",
+        [Claim("sparsity grows with lambda", HELD if grows else NOT_HELD)],
+    )
+
+
+def _rows_task(
+    task: str, compared: str, label: str, key: str, lower: bool
+) -> Callable[..., Verdict]:
+    def derive_rows(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+        rows = data["rows"]
+        return Verdict(task, compared.format(n=len(rows)), _rows_best(rows, label, key, lower))
+
+    return derive_rows
 
 
 #: Task name -> ``derive(data, settings) -> Verdict``.
@@ -328,6 +443,19 @@ DERIVERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Verdict]] =
     "vae-bernoulli": _vae_bernoulli,
     "qat": _qat,
     "speed": _speed,
+    "vq": _vq,
+    "models": _models,
+    "moe": _moe,
+    "shortest-path": _rows_task(
+        "shortest-path", "{n} methods, test regret", "method", "regret", lower=True
+    ),
+    "l0": _l0,
+    "ranking": _rows_task(
+        "ranking", "{n} methods, Spearman's rho", "method", "spearman", lower=False
+    ),
+    "snn": _rows_task(
+        "snn", "{n} spike surrogates, test accuracy", "label", "test_accuracy", lower=False
+    ),
 }
 
 
