@@ -178,7 +178,7 @@ class ModelsConfig:
 def default_config(quick: bool) -> ModelsConfig:
     """The full setting, or the ``--quick`` one: fewer and shorter rounds."""
     if quick:
-        return ModelsConfig(rounds=7, min_run_time=0.1, budget_s=4.0)
+        return ModelsConfig(rounds=7, min_run_time=0.1, budget_s=2.5)
     return ModelsConfig()
 
 
