@@ -436,6 +436,12 @@ def test_matching_checkpoints_round_trip_with_the_new_settings():
 
 
 @pytest.mark.compile
+# torch 2.11's Dynamo reads ``.grad`` of the non-leaf scale view it takes as an input of the
+# frame after the initialisation's graph break (builder.safe_has_grad), hiding torch's
+# warning with a filter that filterwarnings = error overrides; hardgrad reads no .grad.
+@pytest.mark.filterwarnings(
+    "ignore:The .grad attribute of a Tensor that is not a leaf Tensor:UserWarning"
+)
 def test_compiling_an_uninitialised_module_initialises_it_outside_the_graph():
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(5))
     eager = hg.nn.Quantize(bits=4, per_channel_dim=1)
