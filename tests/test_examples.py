@@ -104,3 +104,26 @@ def test_moe_router_gradients_against_the_exact_one(run_example):
     # gradient of the wrong sign or zero would give a cosine <= 0 or NaN.
     assert rloo > 0.95
     assert 0.2 < sparse < rloo and 0.2 < dense < rloo and 0.2 < st_gumbel < rloo
+
+
+def test_audit_finds_the_planted_bug_and_passes_the_fix(monkeypatch, capsys):
+    from hardgrad.bench.cli import main  # the `hardgrad` command's entry point
+
+    script = EXAMPLES / "audit_planted_bug.py"
+    lines = script.read_text().splitlines()
+    (planted,) = [i + 1 for i, line in enumerate(lines) if line.endswith("# the planted bug")]
+    threads = torch.get_num_threads()
+    try:
+        assert main(["audit", str(script), "--quick"]) == 0
+        buggy = capsys.readouterr().out
+        assert main(["audit", str(script), "--quick", "--fixed"]) == 0
+        fixed = capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+    # The bug: one problem, at the argmin's line, naming the encoder and the fix.
+    assert "audit: 1 problem in" in buggy, buggy
+    assert f"audit_planted_bug.py:{planted}: graph_cut: Tensor.argmin indices" in buggy, buggy
+    assert "VQVAE.encoder.0.weight" in buggy and "hg.vector_quantize(z, codebook)" in buggy
+    # The fix (hg.vector_quantize): no problem left.
+    assert "audit: no problems found" in fixed, fixed
+    assert "test mse" in buggy and "(fixed: True)" in fixed
