@@ -24,10 +24,10 @@ It names the line of the ``argmin``, the parameters it cuts off from the reconst
 term (the encoder's: they still get the commitment term's gradient, which is why nothing
 looks wrong), and the fix. ``--fixed`` applies it (``hg.vector_quantize``: the same
 nearest code, the straight-through gradient to the encoder); under the audit that run
-reports ``no problems found`` (``--all`` shows the two deliberate ``.detach()`` of the VQ loss as
-notes). The script's last line is ``test mse M (fixed: F)``; measured here after the full
-run's 1,500 steps: 0.0741 with the bug (no better than predicting the mean image, 0.0738),
-0.0194 fixed.
+reports ``no problems found`` (``--all`` shows the VQ loss's two deliberate ``.detach()``
+as notes). The script's last line is ``test mse M (fixed: F)``; measured here after the
+full run's 1,500 steps: 0.0741 with the bug (no better than predicting the mean image,
+0.0738), 0.0194 fixed.
 
     python examples/audit_planted_bug.py [--fixed] [--quick]
 """

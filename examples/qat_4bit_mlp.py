@@ -3,8 +3,9 @@
 1. Train a float MLP (64-128-128-10, ReLU) on the 8x8 digits.
 2. ``hg.nn.quantize_`` swaps every ``nn.Linear`` for an ``hg.nn.QuantLinear``: 4-bit
    weights (one learned LSQ step size per output channel) and 4-bit unsigned inputs (one
-   step size per layer; the pixels and the post-ReLU activations are non-negative). The step sizes are new
-   parameters, so the optimizer is passed (``optimizer=``) and they are added to it.
+   step size per layer; the pixels and the post-ReLU activations are non-negative). The
+   step sizes are new parameters, so the optimizer is passed (``optimizer=``) and they
+   are added to it.
 3. Fine-tune a few epochs (QAT) and compare test accuracy: float, fake-quantized before
    fine-tuning, after.
 4. Export integers: each layer's weights as int8 values in [-8, 7] with per-channel
