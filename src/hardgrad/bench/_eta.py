@@ -13,23 +13,23 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Seconds each task took with ``hardgrad bench TASK --quick`` on 2 cores (Linux x86-64,
-#: torch 2.13 CPU), run one at a time while other processes kept the machine's load
-#: average at 3--4: on an idle machine expect somewhat less.
+#: Seconds each task took in one ``hardgrad bench --quick --out DIR`` run on 2 cores (an
+#: x86-64 Linux VM, torch 2.13.0 CPU, 2026-12-06) while other jobs kept the machine's load
+#: average at 3.5--4.9: on an idle machine expect less, ``speed`` about a third of it.
 QUICK_ESTIMATES_S: dict[str, float] = {
-    "toy": 31.0,
-    "poly": 20.0,
-    "vae-categorical": 28.0,
-    "vae-bernoulli": 36.0,
-    "qat": 20.0,
-    "speed": 150.0,
-    "vq": 20.0,
-    "models": 30.0,
-    "moe": 20.0,
-    "shortest-path": 10.0,
-    "l0": 10.0,
+    "toy": 20.0,
+    "poly": 15.0,
+    "vae-categorical": 22.0,
+    "vae-bernoulli": 22.0,
+    "qat": 11.0,
+    "speed": 330.0,
+    "vq": 18.0,
+    "models": 34.0,
+    "moe": 23.0,
+    "shortest-path": 11.0,
+    "l0": 13.0,
     "ranking": 10.0,
-    "snn": 10.0,
+    "snn": 11.0,
 }
 
 

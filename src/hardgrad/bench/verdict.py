@@ -213,8 +213,10 @@ def _vae_categorical(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Ve
                     continue
                 unbiased[1] += 1
                 unbiased[0] += s["bias"] <= Z_BIAS * s["bias_floor"]
-    claims.append(_share(*gr, "Gumbel-Rao var < ST-Gumbel, same mean (Paulus 2021)", "points"))
-    claims.append(_share(*unbiased, "unbiased ones show no bias", "points"))
+    claims.append(
+        _share(gr[0], gr[1], "Gumbel-Rao var < ST-Gumbel, same mean (Paulus 2021)", "points")
+    )
+    claims.append(_share(unbiased[0], unbiased[1], "unbiased ones show no bias", "points"))
     n = len(next(iter(configs.values()))["runs"]) if configs else 0
     return Verdict(
         "vae-categorical",
@@ -276,7 +278,9 @@ def _qat(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
 def _ratio_claim(text: str, summaries: Mapping[str, Mapping[str, Any] | None]) -> Claim:
     """``ratio <= 1`` over the comparisons: held when every resolved one is faster and none
     is unresolved; not held (naming the slower) when one is slower; else unresolved."""
-    slower, unresolved, faster = [], [], []
+    slower: list[str] = []
+    unresolved: list[str] = []
+    faster: list[str] = []
     for name, s in summaries.items():
         if not s:
             continue
