@@ -72,3 +72,9 @@ def truncated_significand(x: Tensor, bits: int) -> Tensor:
     raised = exponent.clamp_min(low)
     whole = torch.trunc(torch.ldexp(mantissa, exponent - raised + bits))
     return torch.ldexp(whole, raised - bits)
+
+
+#: Whether ``torch.compiler.is_exporting()`` reads True inside any ``torch.compile`` trace,
+#: not only under ``torch.export``: torch 2.11 (fullgraph or not, every backend); torch
+#: 2.13 reads False there.
+IS_EXPORTING_UNDER_COMPILE = ALIASED_OUTPUT_LOSES_BACKWARD

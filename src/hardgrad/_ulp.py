@@ -33,7 +33,6 @@ import torch
 from torch import Tensor
 
 from ._compat import VMAP_LACKS_VIEW_DTYPE, truncated_significand
-from ._validation import _is_transformed
 
 #: Significand bits (with the implicit one) and smallest normal binary exponent.
 FORMATS: dict[torch.dtype, tuple[int, int, int]] = {
@@ -173,7 +172,8 @@ def product_error(
     rounded = float(torch.tensor(factor, dtype=torch.float64).to(x.dtype))
     k_hi, k_lo = _split_float(rounded, bits)
     rest = factor - rounded
-    if VMAP_LACKS_VIEW_DTYPE and _is_transformed(x):  # (the same bits, by frexp)
+    # (The same bits by frexp; the transform test is one Dynamo traces, unlike a tensor's.)
+    if VMAP_LACKS_VIEW_DTYPE and torch._C._are_functorch_transforms_active():
         x_hi = truncated_significand(x, bits)
     else:
         x_hi = x.view(int_type).bitwise_and(mask).view(x.dtype)

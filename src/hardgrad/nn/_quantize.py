@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from .. import surrogates as _surrogates
 from .._checkpoint import SettingsInState
+from .._compat import IS_EXPORTING_UNDER_COMPILE
 from .._compiler import compiler_disabled
 from .._kernels import opmath_dtype
 from .._validation import check_floating, check_int, check_positive
@@ -464,11 +465,18 @@ class Quantize(SettingsInState, nn.Module):
                     "batch before fully_shard"
                 )
             if torch.compiler.is_exporting():
+                # (torch 2.11 reads is_exporting() True under torch.compile too: without
+                # fullgraph this raise is a graph break and the eager rerun initialises.)
+                also = (
+                    " (or a fullgraph torch.compile, which cannot run _initialize eagerly)"
+                    if IS_EXPORTING_UNDER_COMPILE
+                    else ""
+                )
                 raise RuntimeError(
-                    "Expected Quantize's scale to be initialised before torch.export (the "
-                    "first batch sets it from its values, which tracing does not have), but "
-                    "found it uninitialised: run one batch through the model eagerly first, "
-                    "or pass init_scale= or call init_from()"
+                    f"Expected Quantize's scale to be initialised before torch.export{also} "
+                    "(the first batch sets it from its values, which tracing does not have), "
+                    "but found it uninitialised: run one batch through the model eagerly "
+                    "first, or pass init_scale= or call init_from()"
                 )
             if self.learn_scale and not isinstance(self.scale, nn.Parameter):
                 # torch.func.functional_call with a stand-in tensor for the scale: setting
