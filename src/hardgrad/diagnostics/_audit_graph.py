@@ -109,6 +109,10 @@ def leaves_below(
     found: dict[int, torch.Tensor] = {}
     hits: set[Any] = set()
     seen: set[int] = set()
+    # The visited nodes stay referenced while their ids are in ``seen``: a node's Python
+    # wrapper may die once visited (torch < 2.13 does not keep it alive with the node),
+    # and a new wrapper could then reuse its id and be skipped as seen.
+    visited: list[Any] = []
     stack: list[Any] = []
     for end in ends:
         if isinstance(end, torch.Tensor):
@@ -121,6 +125,7 @@ def leaves_below(
         if key in seen:
             continue
         seen.add(key)
+        visited.append(node)
         if key in watch:
             hits.add(watch[key][1])
         if is_zero_node(node):  # what lies behind it is starved there already
