@@ -25,7 +25,9 @@ def _zero_fills_in_backward(forward: Callable[[torch.Tensor], torch.Tensor]) -> 
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(0), requires_grad=True)
     y = forward(x)
     upstream = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # (acc_events=True: one cycle either way; without it torch 2.11's profiler warns that
+    # it clears events at each cycle's end, an error under filterwarnings = error.)
+    with profile(activities=[ProfilerActivity.CPU], acc_events=True) as prof:
         y.backward(upstream)
     assert x.grad is not None and bool(torch.isfinite(x.grad).all())
     return [event.name for event in prof.events() if event.name in _ZERO_FILLS]
