@@ -99,6 +99,7 @@ def _st_loss(op: Any) -> Any:
     return lambda t: (op(t) * t).sum()
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     "op",
     [

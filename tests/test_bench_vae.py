@@ -233,6 +233,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: Any) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_vae_bernoulli_ddp_ranks_end_identical() -> None:
     ctx = mp.get_context("spawn")

@@ -122,6 +122,8 @@ def test_default_surrogates_exist_after_import() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@pytest.mark.slow
+@pytest.mark.compile
 def test_first_compiled_call_in_a_fresh_process_is_one_graph() -> None:
     """Made on first use, a default surrogate's constructor (``float(tensor)``) broke the
     graph of the first compiled call, and that split graph was kept."""

@@ -367,6 +367,7 @@ def test_every_module_has_a_spec():
     assert {name.split("/")[0] for name in SPECS} == set(MODULES)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_fully_shard_trains_to_the_single_process_parameters(runs, name):
@@ -380,6 +381,7 @@ def test_fully_shard_trains_to_the_single_process_parameters(runs, name):
         assert (single[key] - initial[key]).abs().max() > 1e-6, f"{name}: {key} did not train"
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # (dcp.load)
 @pytest.mark.parametrize("name", CHECKPOINTED)
@@ -400,6 +402,7 @@ def test_fsdp_checkpoints_load_into_a_plain_module(runs, name):
         assert torch.equal(full(_inputs(9)), sharded(_inputs(9)))
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_per_channel_scale_in_ddp_wrapped_before_the_first_batch(runs):
     trained, single = runs["ranks"]["ddp"], runs["ddp"]
@@ -410,6 +413,7 @@ def test_per_channel_scale_in_ddp_wrapped_before_the_first_batch(runs):
         assert (value - initial[key]).abs().max() > 1e-3, f"{key} did not train"
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_deferred_initialisation_under_fully_shard(runs):
     state = runs["ranks"]["deferred"]
@@ -425,6 +429,7 @@ def test_deferred_initialisation_under_fully_shard(runs):
     torch.testing.assert_close(state["set_scale"], set_scale)  # init_from on the shards
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_first_batches_that_cannot_work_wrapped_raise(runs):
     errors = runs["ranks"]["errors"]

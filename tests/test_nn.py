@@ -200,6 +200,7 @@ def _init_worker(rank: int, world: int, port: int, out: dict) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_quantize_init_is_averaged_across_ranks():
     ctx = mp.get_context("spawn")

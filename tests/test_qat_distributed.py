@@ -95,6 +95,7 @@ def _run_ranks(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_ranks_agree_on_scales_initialised_from_different_batches(tmp_path):
     _run_ranks(tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
