@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hardgrad._registry import Registry
+from hardgrad._core.registry import Registry
 from hardgrad.bench import _eta, _timing
 from hardgrad.bench._task import BenchSettings, Table, Task, TaskResult
 from hardgrad.bench.verdict import (

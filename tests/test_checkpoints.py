@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import hardgrad as hg
-from hardgrad._checkpoint import SETTINGS_KEY, SettingsInState
+from hardgrad._core.checkpoint import SETTINGS_KEY, SettingsInState
 from hardgrad.estimators import ESTIMATORS
 
 

@@ -33,7 +33,7 @@ def test_list_names_every_op_surrogate_and_task(capsys: pytest.CaptureFixture[st
 def test_list_picks_up_an_estimator_registry(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hardgrad._registry import Registry
+    from hardgrad._core.registry import Registry
     from hardgrad.bench._catalog import public_entries
 
     public_entries()  # every submodule imported before the fake estimators module is in place

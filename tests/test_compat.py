@@ -1,11 +1,11 @@
-"""The torch-version work-arounds of hardgrad._compat, checked on every torch."""
+"""The torch-version work-arounds of hardgrad._core.compat, checked on every torch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hardgrad._compat import fresh_output, truncated_significand
+from hardgrad._core.compat import fresh_output, truncated_significand
 
 # (dtype, integer view, mask clearing the low fraction bits, bits kept): _ulp's split.
 SPLITS = [

@@ -2,7 +2,7 @@
 
 Inductor's CPU code (torch 2.13) stores and reloads bool tensors through slow paths, so the
 ops that save an in-range mask save it as 0/1 uint8 when compiled
-(:func:`hardgrad._kernels.storable_mask`); these tests pin that down, check that the
+(:func:`hardgrad._core.kernels.storable_mask`); these tests pin that down, check that the
 gradients do not change, and that a compiled call stays one graph from a fresh process (the
 default surrogates are made at import: made on first use, their constructors broke it).
 """
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import hardgrad as hg
-from hardgrad._kernels import mask_condition, storable_mask
+from hardgrad._core.kernels import mask_condition, storable_mask
 from hardgrad.surrogates import _SURROGATES
 
 
@@ -145,9 +145,9 @@ def test_every_surrogate_default_is_cached() -> None:
 
 
 def test_argmax_helper_is_first_argmax_on_ties_zeros_infinities_and_nan() -> None:
-    """hardgrad._kernels.argmax takes torch.max(dim).indices in eager mode on CPU (a faster
+    """hardgrad._core.kernels.argmax takes torch.max(dim).indices in eager mode on CPU (a faster
     kernel); it must give torch.argmax's index: the first largest value, NaN largest."""
-    from hardgrad._kernels import argmax
+    from hardgrad._core.kernels import argmax
 
     values = torch.tensor([0.0, -0.0, 1.0, float("nan"), float("inf"), -float("inf"), 2.0])
     gen = torch.Generator().manual_seed(0)
@@ -163,10 +163,10 @@ _SPECIAL_VALUES = (0.0, -0.0, 1.0, float("nan"), float("inf"), -float("inf"), 2.
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_compiled_argmax_form_is_first_argmax_on_ties_zeros_infinities_and_nan(dtype) -> None:
-    """Under compile, hardgrad._kernels.argmax is two vectorizable reductions (the row's
+    """Under compile, hardgrad._core.kernels.argmax is two vectorizable reductions (the row's
     maximum, then the first index equal to it or NaN); called directly here, it must give
     torch.argmax's index along every dim of 3-D tensors, 300 random tables."""
-    from hardgrad._kernels import _first_max_index
+    from hardgrad._core.kernels import _first_max_index
 
     values = torch.tensor(_SPECIAL_VALUES, dtype=dtype)
     gen = torch.Generator().manual_seed(1)

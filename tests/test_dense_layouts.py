@@ -1,6 +1,6 @@
 """Sparse (COO, CSR) and nested (strided, jagged) tensors are refused with a TypeError naming
 the argument, by every op of the registry, every sampler and every estimator of
-``hg.expectation``: one check (``hardgrad._validation.check_dense``) at the entry points.
+``hg.expectation``: one check (``hardgrad._core.validation.check_dense``) at the entry points.
 Parametrized over the registries, so new ops and estimators are covered automatically."""
 
 import inspect
@@ -11,7 +11,7 @@ import torch
 
 import hardgrad as hg
 import hardgrad.stochastic
-from hardgrad._validation import check_dense
+from hardgrad._core.validation import check_dense
 from hardgrad.estimators import ESTIMATORS
 from hardgrad.ops import OPS
 

@@ -126,7 +126,7 @@ def reference_decimal(s: Surrogate, value: float) -> Decimal:
 
 
 # --------------------------------------------------------------------------------------
-# The measure (independent of hardgrad._ulp, which is checked against it below).
+# The measure (independent of hardgrad._core.ulp, which is checked against it below).
 # --------------------------------------------------------------------------------------
 
 
@@ -496,7 +496,7 @@ def test_swish_zero_and_taylor_coefficients():
 
 
 def test_library_ulp_measure_agrees():
-    from hardgrad._ulp import round_toward, ulp, ulp_error
+    from hardgrad._core.ulp import round_toward, ulp, ulp_error
 
     one = torch.tensor(1.0, dtype=torch.float32)
     up = torch.nextafter(one, torch.tensor(2.0))

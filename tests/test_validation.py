@@ -448,7 +448,7 @@ def test_all_finite_check_reads_the_values_not_the_sum(dtype) -> None:
     """check_all_finite clears a tensor from its sum when that is finite; a sum that
     overflows on finite values (largest values of the dtype) must not raise, and one inf,
     -inf or NaN anywhere must, in every dtype."""
-    from hardgrad._validation import check_all_finite
+    from hardgrad._core.validation import check_all_finite
 
     big = torch.finfo(dtype).max
     x = torch.full((4096,), big, dtype=dtype)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
         vq,
     )
     from ._expectation import expectation
-    from ._validation import set_validation, validation_enabled
+    from ._core.validation import set_validation, validation_enabled
     from .gates import hard_concrete
     from .ops import (
         binarize,
@@ -82,8 +82,8 @@ _SUBMODULES = frozenset(
 #: The module each top-level function comes from (relative to this package).
 _FROM = {
     "expectation": "._expectation",
-    "set_validation": "._validation",
-    "validation_enabled": "._validation",
+    "set_validation": "._core.validation",
+    "validation_enabled": "._core.validation",
     "hard_concrete": ".gates",
     "topk_route": ".routing",
     "subset": ".subsets",

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._validation import check_dim, check_int, value_checks_apply
+from ._core.validation import check_dim, check_int, value_checks_apply
 from .estimators._problem import Objective, Problem, check_values
 from .estimators._score import ScoreFunctionEstimator
 from .estimators._shift import raise_all_excluded

@@ -22,7 +22,7 @@ from ._routing_ops import (
     _weights,
     topk_route,
 )
-from ._validation import check_all_finite, check_floating, check_int
+from ._core.validation import check_all_finite, check_floating, check_int
 from .estimators._base import gumbel_noise
 from .estimators._score import RLOO, Exact, Reinforce
 from .stochastic import _check_generator

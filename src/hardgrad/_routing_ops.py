@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._validation import (
+from ._core.validation import (
     check_all_finite,
     check_dim,
     check_floating,

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._kernels import cast, eager_plain, opmath, remember
-from ._validation import check_floating, check_positive, check_real
+from ._core.kernels import cast, eager_plain, opmath, remember
+from ._core.validation import check_floating, check_positive, check_real
 from .estimators._base import uniform
 
 __all__ = ["expected_l0", "hard_concrete", "hard_concrete_mean"]

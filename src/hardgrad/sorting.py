@@ -41,8 +41,8 @@ import torch
 from torch import Tensor
 
 from ._isotonic import block_statistics
-from ._kernels import opmath
-from ._validation import check_dim, check_floating, check_positive, check_real
+from ._core.kernels import opmath
+from ._core.validation import check_dim, check_floating, check_positive, check_real
 from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 
 __all__ = [

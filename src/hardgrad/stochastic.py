@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from . import estimators as _estimators
-from ._kernels import random_tensor
-from ._validation import (
+from ._core.kernels import random_tensor
+from ._core.validation import (
     check_dim,
     check_floating,
     check_normal,
@@ -84,7 +84,7 @@ def check_probs(
     dim: int,
     estimator: _estimators.Estimator | None,
 ) -> None:
-    """The value checks of ``probs`` (only while :func:`hardgrad._validation.value_checks_apply`):
+    """The value checks of ``probs`` (only while :func:`hardgrad._core.validation.value_checks_apply`):
     no NaN, in [0, 1] (Bernoulli) or non-negative and summing to 1 along ``dim`` within
     :func:`_simplex_tolerance` (categorical); and, when ``probs`` will be differentiated
     with an ``estimator`` whose gradient is infinite at probabilities of exactly 0 (or 1),

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._compat import fresh_output
-from ._kernels import opmath, opmath_dtype, random_tensor
-from ._validation import check_dim, check_floating, check_int, check_positive
+from ._core.compat import fresh_output
+from ._core.kernels import opmath, opmath_dtype, random_tensor
+from ._core.validation import check_dim, check_floating, check_int, check_positive
 from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 
 __all__ = ["SUBSET_ESTIMATORS", "k_subset_marginals", "relaxed_topk", "subset"]

@@ -52,10 +52,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ._kernels import constant, eager_plain
-from ._registry import Registry
-from ._ulp import evaluate, power_of_two, product_error, round_toward, split
-from ._validation import check_positive, check_real, fit_to
+from ._core.kernels import constant, eager_plain
+from ._core.registry import Registry
+from ._core.ulp import evaluate, power_of_two, product_error, round_toward, split
+from ._core.validation import check_positive, check_real, fit_to
 
 __all__ = [
     "SURROGATES",

@@ -35,8 +35,8 @@ from torch import Tensor
 
 from . import estimators as _estimators
 from . import ops
-from ._kernels import cached_tensor, cast, constant, eager_plain, without_grad
-from ._validation import (
+from ._core.kernels import cached_tensor, cast, constant, eager_plain, without_grad
+from ._core.validation import (
     check_all_finite,
     check_dim,
     check_floating,

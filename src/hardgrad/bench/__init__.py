@@ -18,7 +18,7 @@ from . import _task
 from ._task import BenchSettings, Progress, Table, Task, TaskResult, available_threads, task
 
 if TYPE_CHECKING:
-    from .._registry import Registry
+    from .._core.registry import Registry
 
 #: Every task's name -> the module that registers it, in the order of DESIGN.md (toy, poly,
 #: vae-categorical, vae-bernoulli, qat, speed, ...). The command line reads the names from

@@ -100,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "Testing helpers and value checks",
         ("guides/testing", "guides/custom", "api/testing"),
-        ("hardgrad.testing", "hardgrad._validation"),
+        ("hardgrad.testing", "hardgrad._core.validation"),
     ),
 )
 

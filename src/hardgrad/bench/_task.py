@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._registry import Registry
+from .._core.registry import Registry
 
 
 def available_threads() -> int:

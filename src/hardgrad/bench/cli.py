@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._registry import Registry
+from .._core.registry import Registry
 from .._version import __version__
 
 if TYPE_CHECKING:

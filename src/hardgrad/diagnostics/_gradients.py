@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .._expectation import expectation
-from .._validation import check_dim, check_int
+from .._core.validation import check_dim, check_int
 from ..estimators import Estimator
 from ..estimators._problem import Objective
 from ..routing import TopK

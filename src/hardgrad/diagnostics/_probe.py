@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import check_positive
+from .._core.validation import check_positive
 
 
 @dataclass(frozen=True)

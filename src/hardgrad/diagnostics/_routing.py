@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import routing
-from .._validation import check_floating, check_int
+from .._core.validation import check_floating, check_int
 
 #: Elements (draws x logits) handed to one routing.expectation call at most.
 CHUNK_ELEMENTS = 2**18

@@ -10,8 +10,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from .._kernels import constant, eager_plain, opmath, opmath_dtype, random_tensor
-from .._registry import Registry
+from .._core.kernels import constant, eager_plain, opmath, opmath_dtype, random_tensor
+from .._core.registry import Registry
 from ..ops._autograd import apply_identity
 from ._probs import sample_from_probs
 

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._kernels import eager_plain
+from .._core.kernels import eager_plain
 from ._base import noise_dtype, uniform
 
 #: Elements per block of draws (1 MB of float32): the temporaries stay this small whatever

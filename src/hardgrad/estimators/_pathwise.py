@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._kernels import (
+from .._core.kernels import (
     argmax,
     cast,
     constant,
@@ -33,7 +33,7 @@ from .._kernels import (
     softmax_vjp,
     without_grad,
 )
-from .._validation import check_int, check_normal, check_positive
+from .._core.validation import check_int, check_normal, check_positive
 from ..ops._autograd import (
     apply_function,
     cached_signature,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .._kernels import finite, one_hot, opmath
+from .._core.kernels import finite, one_hot, opmath
 from ._base import gumbel_noise, uniform
 from ._shift import finite_shifted
 
@@ -177,7 +177,7 @@ class Problem:
         """:attr:`logits` in the compute dtype for exact enumeration, differentiable, as
         :attr:`work_logits` reads them: categorical rows shifted by their (detached)
         maximum, which changes no softmax or its gradient but keeps -inf below every
-        finite logit after :func:`~hardgrad._kernels.finite` (which alone maps -inf to
+        finite logit after :func:`~hardgrad._core.kernels.finite` (which alone maps -inf to
         -max/4, above a logit of -1e38). A row whose maximum is infinite (+inf entries,
         or all -inf) is its point mass: 0 at the entries equal to the maximum, -inf
         elsewhere, with gradient 0 (the limit). The gradient with respect to a -inf logit

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._compat import fresh_output
-from .._kernels import argmax, eager_plain, finite, one_hot, opmath
+from .._core.compat import fresh_output
+from .._core.kernels import argmax, eager_plain, finite, one_hot, opmath
 from ..ops._autograd import apply_function, cached_signature, forward_mode
 
 #: A term of a probability-space backward: (coefficient, s, r, temperature); the VJP is

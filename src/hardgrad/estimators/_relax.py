@@ -51,9 +51,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._checkpoint import SettingsInState
-from .._kernels import eager_plain
-from .._validation import check_normal, check_positive, check_real
+from .._core.checkpoint import SettingsInState
+from .._core.kernels import eager_plain
+from .._core.validation import check_normal, check_positive, check_real
 from ..ops._autograd import apply_function, has_tangent
 from ._base import ESTIMATORS, uniform
 from ._gumbel_rao import conditional_gumbel

@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._checkpoint import SettingsInState
-from .._kernels import eager_plain, rounded_to
-from .._validation import check_int, check_real
+from .._core.checkpoint import SettingsInState
+from .._core.kernels import eager_plain, rounded_to
+from .._core.validation import check_int, check_real
 from ..ops._autograd import apply_function, cached_signature, has_tangent
 from ._base import ESTIMATORS, Estimator, uniform
 from ._problem import Problem

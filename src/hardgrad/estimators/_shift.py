@@ -33,8 +33,8 @@ import math
 import torch
 from torch import Tensor
 
-from .._kernels import eager_plain, finite
-from .._validation import value_checks_apply
+from .._core.kernels import eager_plain, finite
+from .._core.validation import value_checks_apply
 
 
 def shift_to_zero(x: Tensor, dim: int, *, check: str | None = None) -> Tensor:
@@ -69,7 +69,7 @@ def shift_to_zero(x: Tensor, dim: int, *, check: str | None = None) -> Tensor:
 
 
 def finite_shifted(x: Tensor, dim: int) -> Tensor:
-    r""":func:`shift_to_zero` then :func:`~hardgrad._kernels.finite`: logits for a backward's
+    r""":func:`shift_to_zero` then :func:`~hardgrad._core.kernels.finite`: logits for a backward's
     softmax, largest 0, :math:`-\infty` as a large negative number, which after the shift is
     far below the maximum whatever the finite entries are (the old ``finite(x)`` alone mapped
     :math:`-\infty` to :math:`-\text{max}/4`, above a finite logit of :math:`-10^{38}`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .._validation import check_int, check_positive
+from .._core.validation import check_int, check_positive
 
 _SCHEDULES = ("exponential", "linear", "cosine")
 

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from .. import ops
 from .. import surrogates as _surrogates
-from .._checkpoint import SettingsInState
-from .._validation import (
+from .._core.checkpoint import SettingsInState
+from .._core.validation import (
     check_conv2d_input,
     check_floating,
     check_linear_input,

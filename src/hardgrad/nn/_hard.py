@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from .. import ops
 from .. import surrogates as _surrogates
-from .._validation import check_int, check_positive, check_real
+from .._core.validation import check_int, check_positive, check_real
 
 SurrogateLike = str | _surrogates.Surrogate
 

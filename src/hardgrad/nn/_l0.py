@@ -10,9 +10,9 @@ import torch
 from torch import Tensor, nn
 
 from .. import gates
-from .._checkpoint import SettingsInState
-from .._kernels import cast, opmath, opmath_dtype
-from .._validation import check_dim, check_floating, check_int, check_real
+from .._core.checkpoint import SettingsInState
+from .._core.kernels import cast, opmath, opmath_dtype
+from .._core.validation import check_dim, check_floating, check_int, check_real
 
 
 class HardConcreteGate(SettingsInState, nn.Module):

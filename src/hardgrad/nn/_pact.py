@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._checkpoint import SettingsInState
-from .._compat import fresh_output
-from .._kernels import cast, constant, eager_plain, opmath_dtype, rounded_to, storable_mask
-from .._validation import _is_transformed, check_floating, check_int, check_positive
+from .._core.checkpoint import SettingsInState
+from .._core.compat import fresh_output
+from .._core.kernels import cast, constant, eager_plain, opmath_dtype, rounded_to, storable_mask
+from .._core.validation import _is_transformed, check_floating, check_int, check_positive
 from ..ops._autograd import (
     apply_function,
     cached_signature,

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checkpoint import SettingsInState
-from .._validation import (
+from .._core.checkpoint import SettingsInState
+from .._core.validation import (
     check_conv2d_input,
     check_floating,
     check_int,

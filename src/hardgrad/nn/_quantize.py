@@ -13,11 +13,11 @@ import torch
 from torch import Tensor, nn
 
 from .. import surrogates as _surrogates
-from .._checkpoint import SettingsInState
-from .._compat import IS_EXPORTING_UNDER_COMPILE
-from .._compiler import compiler_disabled
-from .._kernels import opmath_dtype
-from .._validation import check_floating, check_int, check_positive
+from .._core.checkpoint import SettingsInState
+from .._core.compat import IS_EXPORTING_UNDER_COMPILE
+from .._core.compiler import compiler_disabled
+from .._core.kernels import opmath_dtype
+from .._core.validation import check_floating, check_int, check_positive
 from ..ops._autograd import apply_function, cached_signature, forward_mode
 from ..ops._quantize import quantize_step_size
 from ..ops._quantize_checks import _check_in_range
@@ -155,7 +155,7 @@ class Quantize(SettingsInState, nn.Module):
 
     **Checkpoints.** The ``state_dict`` holds the scale, and its metadata what defines the
     quantizer's grid (``bits``, ``signed``, ``narrow``, ``per_channel_dim``; see
-    ``hardgrad._checkpoint``). Loading a checkpoint saved with other settings, or a
+    ``hardgrad._core.checkpoint``). Loading a checkpoint saved with other settings, or a
     per-channel scale into a per-tensor module (or the reverse, or another channel count),
     raises with the key and both values instead of quantizing on another grid.
     Checkpoints without the settings (older ones, or a plain ``dict`` of the tensors) load

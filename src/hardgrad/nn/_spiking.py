@@ -17,9 +17,9 @@ from torch import Tensor, nn
 
 from .. import ops
 from .. import surrogates as _surrogates
-from .._checkpoint import SettingsInState
-from .._kernels import constant, eager_plain
-from .._validation import check_floating, check_positive, check_real
+from .._core.checkpoint import SettingsInState
+from .._core.kernels import constant, eager_plain
+from .._core.validation import check_floating, check_positive, check_real
 from ._hard import SurrogateLike
 from ._sharding import accept_scalar_entry, copy_into
 

@@ -14,9 +14,9 @@ from torch import Tensor, nn
 
 from .. import estimators as _estimators
 from .. import stochastic
-from .._checkpoint import SettingsInState
-from .._compiler import compiler_disabled
-from .._validation import check_int, check_positive
+from .._core.checkpoint import SettingsInState
+from .._core.compiler import compiler_disabled
+from .._core.validation import check_int, check_positive
 from ._anneal import Anneal
 
 TemperatureLike = float | Callable[[int], float] | None

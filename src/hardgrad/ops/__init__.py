@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._registry import Registry
+from .._core.registry import Registry
 from ._elementwise import binarize, ceil, clamp, floor, heaviside, round, sign, trunc
 from ._lowbit import stochastic_round, ternarize
 from ._quantize import quantize

@@ -9,7 +9,7 @@ Each computes ``hard(x)`` exactly in forward and differs only in what it saves:
 * :class:`IdentityGradient`: nothing; backward returns the incoming gradient.
 * :class:`MaskedGradient`: a mask computed in forward, bool (1 byte per element), or 0/1
   in the input's dtype on small eager tensors (:func:`saved_mask`), uint8 under
-  ``torch.compile`` (:func:`hardgrad._kernels.storable_mask`); backward keeps the gradient
+  ``torch.compile`` (:func:`hardgrad._core.kernels.storable_mask`); backward keeps the gradient
   where the mask is set and zeroes it elsewhere.
 * :class:`SurrogateGradient`: the input itself (no copy); backward multiplies by the
   surrogate's derivative at the input.
@@ -31,8 +31,8 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch._functorch.utils import unwrap_dead_wrappers
 
-from .._compat import fresh_output
-from .._kernels import constant, eager_plain, storable_mask, without_grad
+from .._core.compat import fresh_output
+from .._core.kernels import constant, eager_plain, storable_mask, without_grad
 from ..surrogates import Surrogate
 
 HardFn = Callable[[Tensor], Tensor]

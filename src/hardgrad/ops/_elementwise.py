@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import cast, constant, eager_plain, remember, storable_mask
-from .._validation import (
+from .._core.kernels import cast, constant, eager_plain, remember, storable_mask
+from .._core.validation import (
     check_broadcastable_to,
     check_floating,
     check_real,

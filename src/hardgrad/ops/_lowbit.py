@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import cast, eager_plain, opmath_dtype, without_grad
-from .._validation import check_floating, check_int, check_positive
+from .._core.kernels import cast, eager_plain, opmath_dtype, without_grad
+from .._core.validation import check_floating, check_int, check_positive
 from ._autograd import (
     apply_function,
     apply_identity,

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import (
+from .._core.kernels import (
     cast,
     constant,
     eager_plain,
@@ -22,7 +22,7 @@ from .._kernels import (
     storable_mask,
     without_grad,
 )
-from .._validation import (
+from .._core.validation import (
     check_broadcastable_to,
     check_dense,
     check_floating,

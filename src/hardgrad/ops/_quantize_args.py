@@ -1,5 +1,5 @@
 """Argument forms of :func:`hardgrad.quantize`: NumPy numbers taken as Python numbers, and
-a finite zero point (the dense-tensor check is :func:`hardgrad._validation.check_dense`).
+a finite zero point (the dense-tensor check is :func:`hardgrad._core.validation.check_dense`).
 
 Kept apart from :mod:`hardgrad.ops._quantize`, whose call paths are timed to the
 microsecond: each helper here costs an attribute read or two on the common path."""

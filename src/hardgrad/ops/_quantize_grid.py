@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import cast, constant, eager_plain, opmath_dtype, rounded_to
+from .._core.kernels import cast, constant, eager_plain, opmath_dtype, rounded_to
 from ._autograd import float_mask, saved_mask
 
 # Half types are quantized in float32 (then cast back): their own arithmetic would round

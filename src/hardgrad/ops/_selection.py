@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._kernels import (
+from .._core.kernels import (
     _QUARTER_MAX,
     argmax,
     cast,
@@ -20,7 +20,7 @@ from .._kernels import (
     remember,
     softmax_vjp,
 )
-from .._validation import check_dense, check_dim, check_floating, check_int, check_normal, check_positive
+from .._core.validation import check_dense, check_dim, check_floating, check_int, check_normal, check_positive
 from ._autograd import apply_function, cached_signature, forward_mode, records_natively
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
@@ -127,7 +127,7 @@ def _native_one_hot_argmax(logits: Tensor, dim: int, tau: float) -> Tensor:
 
     The finite logits: ``logits`` themselves when every row's maximum (which ``torch.max``
     gives with the index) lies in :math:`(-\text{big}, \infty)`, ``big`` being
-    :func:`~hardgrad._kernels.finite`'s stand-in for infinity. Then no entry is NaN or
+    :func:`~hardgrad._core.kernels.finite`'s stand-in for infinity. Then no entry is NaN or
     :math:`+\infty`, and a :math:`-\infty` entry has weight exactly 0 as it would have
     at :math:`-\text{big}` (:math:`e^{-\text{big} - m}` underflows), so the softmax is
     the same bit for bit. Otherwise, and for ``tau != 1``, a copy (``logits.clone()`` or

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from .. import surrogates as _surrogates
-from .._kernels import storable_mask, without_grad
-from .._validation import check_floating, is_dense_floating
+from .._core.kernels import storable_mask, without_grad
+from .._core.validation import check_floating, is_dense_floating
 from ._autograd import (
     IdentityGradient,
     _is_wrapped,

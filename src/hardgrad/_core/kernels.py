@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from ._validation import _is_transformed
+from .validation import _is_transformed
 
 T = TypeVar("T")
 

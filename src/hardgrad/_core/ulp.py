@@ -32,7 +32,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from ._compat import VMAP_LACKS_VIEW_DTYPE, truncated_significand
+from .compat import VMAP_LACKS_VIEW_DTYPE, truncated_significand
 
 #: Significand bits (with the implicit one) and smallest normal binary exponent.
 FORMATS: dict[torch.dtype, tuple[int, int, int]] = {
