@@ -386,7 +386,7 @@ def test_extreme_logits_give_valid_samples_and_finite_gradients(name, tau, dtype
     gbar = torch.randn(logits.shape, generator=gen(30)).to(dtype)
     # A row of -inf only has no distribution: a ValueError naming `logits` (the categorical
     # part below leaves that row out; the Bernoulli part keeps it: 0 everywhere).
-    with pytest.raises(ValueError, match="`logits`.*-inf"):
+    with pytest.raises(ValueError, match=r"`logits`.*-inf"):
         hg.categorical(logits, estimator=est, generator=gen(31))
     rows = [0, 1, 2, 3, 4, 6, 7]
     x = logits[rows].clone().requires_grad_()

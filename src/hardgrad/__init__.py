@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
         testing,
         vq,
     )
-    from ._expectation import expectation
     from ._core.validation import set_validation, validation_enabled
+    from ._expectation import expectation
     from .gates import hard_concrete
     from .ops import (
         binarize,

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._core.validation import check_all_finite, check_floating, check_int
 from ._routing_ops import (
     SparseMixer,
     _check_indices,
@@ -22,7 +23,6 @@ from ._routing_ops import (
     _weights,
     topk_route,
 )
-from ._core.validation import check_all_finite, check_floating, check_int
 from .estimators._base import gumbel_noise
 from .estimators._score import RLOO, Exact, Reinforce
 from .stochastic import _check_generator

@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._isotonic import block_statistics
 from ._core.kernels import opmath
 from ._core.validation import check_dim, check_floating, check_positive, check_real
+from ._isotonic import block_statistics
 from .ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 
 __all__ = [

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._expectation import expectation
 from .._core.validation import check_dim, check_int
+from .._expectation import expectation
 from ..estimators import Estimator
 from ..estimators._problem import Objective
 from ..routing import TopK

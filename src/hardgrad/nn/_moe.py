@@ -20,13 +20,13 @@ from torch import Tensor, nn
 from .. import routing
 from .._core.checkpoint import SettingsInState
 from .._core.kernels import eager_plain
+from .._core.validation import check_all_finite, check_floating, check_int, check_real
 from .._routing_ops import (
     _check_normalize,
     _dense_mixer,
     _resolve,
     _unselected_gates,
 )
-from .._core.validation import check_all_finite, check_floating, check_int, check_real
 from ..estimators import Estimator
 
 #: Under ``torch.compile`` (or a ``torch.func`` transform) :meth:`MoE.experts_at` runs

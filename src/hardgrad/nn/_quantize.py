@@ -331,9 +331,7 @@ class Quantize(SettingsInState, nn.Module):
         if scale.shape == self.scale.shape:
             copy_into(self.scale, scale)  # in place: DDP's and FSDP's references stay valid
         else:  # a per-channel scale without `num_channels` gets its shape now
-            wrapper = wrapped_forward(self) or (
-                "fully_shard" if is_dtensor(self.scale) else ""
-            )
+            wrapper = wrapped_forward(self) or ("fully_shard" if is_dtensor(self.scale) else "")
             if wrapper:
                 raise ValueError(
                     f"Expected a per-channel Quantize under {wrapper} to know its channel "

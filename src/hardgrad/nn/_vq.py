@@ -17,7 +17,13 @@ from .. import vq as _vq
 from .._core.checkpoint import SettingsInState
 from .._core.compiler import compiler_disabled
 from .._core.kernels import cast, eager_plain, opmath_dtype, without_grad
-from .._core.validation import check_all_finite, check_floating, check_int, check_positive, check_real
+from .._core.validation import (
+    check_all_finite,
+    check_floating,
+    check_int,
+    check_positive,
+    check_real,
+)
 from ..estimators import Estimator
 from ..ops._straight_through import value_with_identity_gradient
 

@@ -20,7 +20,14 @@ from .._core.kernels import (
     remember,
     softmax_vjp,
 )
-from .._core.validation import check_dense, check_dim, check_floating, check_int, check_normal, check_positive
+from .._core.validation import (
+    check_dense,
+    check_dim,
+    check_floating,
+    check_int,
+    check_normal,
+    check_positive,
+)
 from ._autograd import apply_function, cached_signature, forward_mode, records_natively
 
 # Logits beyond +-this many temperatures from the threshold saturate the sigmoid in every
