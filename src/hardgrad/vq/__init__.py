@@ -33,19 +33,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import estimators as _estimators
-from . import ops
-from ._core.kernels import cached_tensor, cast, constant, eager_plain, without_grad
-from ._core.validation import (
+from .. import estimators as _estimators
+from .. import ops
+from .._core.kernels import cached_tensor, cast, constant, eager_plain, without_grad
+from .._core.validation import (
     check_all_finite,
     check_dim,
     check_floating,
     check_positive,
     value_checks_apply,
 )
-from .ops._autograd import apply_function, cached_signature, forward_mode
-from .ops._straight_through import value_with_identity_gradient
-from .stochastic import categorical
+from ..ops._autograd import apply_function, cached_signature, forward_mode
+from ..ops._straight_through import value_with_identity_gradient
+from ..stochastic import categorical
 
 __all__ = [
     "DISTANCES",
