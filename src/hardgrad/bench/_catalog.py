@@ -4,7 +4,7 @@ The families are the one hand-written part: a title, the guides that explain the
 modules whose definitions belong to them. Which names each family holds is read from the
 package itself (every public submodule's ``__all__`` and each object's ``__module__``), so
 ``hardgrad list`` and the README's table (``python -m hardgrad.bench._catalog`` prints it;
-``tests/test_cli.py`` checks the README against it) name every capability, and a name
+``tests/bench/test_cli.py`` checks the README against it) name every capability, and a name
 defined in a module that no family claims lands in :data:`OTHER`, which the tests refuse.
 """
 

@@ -16,7 +16,7 @@ from hardgrad.bench.cli import main
 from hardgrad.ops import OPS
 from hardgrad.surrogates import SURROGATES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_list_names_every_op_surrogate_and_task(capsys: pytest.CaptureFixture[str]) -> None:
