@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 #: ``tests/bench/test_cli.py`` checks that it names exactly the registered tasks.
 TASK_MODULES: dict[str, str] = {
     "toy": "toy._run",
-    "poly": "poly",
+    "poly": "poly._run",
     "vae-categorical": "vae_categorical",
     "vae-bernoulli": "vae_bernoulli",
     "qat": "qat",

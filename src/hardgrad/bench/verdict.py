@@ -147,7 +147,7 @@ def _toy(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
 
 
 def _poly(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
-    from ._poly_report import verdict as poly_verdict
+    from .poly._report import verdict as poly_verdict
 
     runs = data["runs"]
     within = float(settings.get("within", 0.01))

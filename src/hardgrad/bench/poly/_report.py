@@ -7,13 +7,11 @@ compared with are named next to them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._pyplot import pyplot
-from ._task import Table
-
-if TYPE_CHECKING:
-    from .poly import PolyConfig
+from .._pyplot import pyplot
+from .._task import Table
+from ._config import PolyConfig
 
 #: A mean final gap below this many times ``within`` is "approaching" the optimum.
 APPROACH_FACTOR = 5.0

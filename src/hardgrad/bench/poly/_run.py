@@ -1,61 +1,5 @@
-r"""The ``poly`` benchmark: ReinMax's polynomial programming (Liu et al. 2023, sec. 6).
-
-The problem: ``V = 128`` binary variables :math:`z_i \sim \operatorname{Bern}(\sigma(\theta_i))`
-and
-
-.. math:: L_p(\theta) = E\Big[\tfrac1V \sum_i |z_i - t|^p\Big], \qquad t = 0.45,
-          \quad p \in \{1.5, 2, 3\}.
-
-The loss is separable, so its exact value follows from the probabilities
-:math:`\pi_i = \sigma(\theta_i)` in closed form,
-:math:`L_p = \tfrac1V \sum_i [\pi_i (1-t)^p + (1-\pi_i) t^p]`, minimised at :math:`\pi = 0`
-with :math:`L_p^* = t^p` (0.301869, 0.2025, 0.091125). Every curve and every number in
-the tables is this exact loss of the current probabilities, not a Monte-Carlo value.
-
-**Training.** :math:`\theta` starts at ``init_logit`` (0: :math:`\pi = 1/2`) and Adam
-(``lr``) follows each estimator through :func:`hardgrad.expectation`, with ``f`` returning
-the per-run loss :math:`\tfrac1V\sum_i |z_i - t|^p` (one value per run: score-function
-estimators see the whole 128-variable loss, as in the paper, not one term per variable).
-The batch of 64 is ``num_samples``: each step spends a budget of ``batch`` evaluations of
-``f`` at the current :math:`\theta` and averages them, so estimators are compared at equal
-evaluations: pathwise estimators, REINFORCE and RLOO draw 64 samples, ARM and DisARM 32
-antithetic pairs, REBAR and RELAX (3 evaluations per sample) ``64 // 3 = 21`` draws (63
-evaluations). The tables report the evaluations each one used.
-
-Seeds are independent rows of one logits tensor: :math:`\theta` has shape
-``(P, seeds, V)`` and ``f`` returns ``(n, P, seeds)``, so every power and seed is its own run
-(Adam is elementwise, and each row's estimate depends only on its own samples). Stateful
-estimators (``reinforce(ema)``, ``rebar``, ``relax``, ``relax(mlp)``) are run once per
-power, their parameters in the same Adam as :math:`\theta` and shared by that power's seeds
-(as they would be across a batch): a moving-average baseline or a control variate
-shared across powers would mix losses of different scales.
-
-``exact`` is not run: exact enumeration needs :math:`2^{128}` configurations per run.
-The closed-form gradient :math:`\partial L_p/\partial\theta_i = \pi_i(1-\pi_i)((1-t)^p -
-t^p)/V` is run instead as the reference, labelled ``closed-form``.
-
-**Reported.** Per estimator and power: the final exact loss (mean, spread over seeds), its
-relative gap to :math:`L_p^*`, the first recorded step at which the loss is within 1 % of
-:math:`L_p^*` (per seed; "not reached" otherwise), and the wall time. Straight-through's
-mean gradient :math:`\pi(p(1-t)^{p-1}) - (1-\pi)p\,t^{p-1}` (times :math:`\sigma'/V`)
-vanishes at :math:`\pi^\circ = 1/(1 + ((1-t)/t)^{p-1})`, away from the optimum; the notes
-compare its final loss with the loss there. Plot: ``poly_curves.png``.
-
-**--quick.** 400 steps at lr 2e-2 (20 times fewer steps at 20 times the learning rate,
-so that Adam can move :math:`\theta` as far as in the full run), 2 seeds, a batch of 16
-evaluations per step (REBAR/RELAX: 5 draws, 15 evaluations) and without ``relax(mlp)``, to
-stay near 30 s on two idle cores (28 s measured; Gumbel-Rao's 10 conditional draws and REBAR/RELAX's inner
-gradients dominate).
-
-**Wall time.** The full run took 2228 s on two idle cores (``docs/results/poly/``):
-Gumbel-Rao (10 conditional draws per sample) 1243 s of it, REBAR/RELAX 135-205 s each,
-every other estimator 14-110 s. Leave ``gumbel_rao`` out (``estimators``) for a run of
-about 16 minutes.
-
-**torchrun.** ``poly`` has no data: every rank runs the whole benchmark with its own
-sampling seeds (:func:`hardgrad.bench._distributed.rank_seed`); stateful estimators
-average their state across ranks as they always do; only rank 0 reports.
-"""
+"""The ``poly`` benchmark's runner: estimators and variants, the Adam runs, and the
+registered task (see :mod:`hardgrad.bench.poly`)."""
 
 from __future__ import annotations
 
@@ -63,132 +7,19 @@ import dataclasses
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import estimators as _estimators
-from .._expectation import expectation
-from ..estimators import RELAX, Estimator, Exact, Reinforce, ScoreFunctionEstimator
-from . import _distributed
-from ._poly_report import notes, plot_curves, tables
-from ._task import BenchSettings, Progress, TaskResult, task
-
-__all__ = [
-    "REFERENCE",
-    "VARIANTS",
-    "PolyConfig",
-    "RunNet",
-    "default_config",
-    "exact_loss",
-    "num_samples_for",
-    "optimum",
-    "run",
-    "st_stall_probability",
-]
-
-#: The label of the closed-form-gradient reference run.
-REFERENCE = "closed-form"
-#: Estimators with state (a moving average, learned control-variate parameters): run once
-#: per power.
-STATEFUL = ("rebar", "relax", "reinforce(ema)", "relax(mlp)")
-
-
-@dataclass(frozen=True)
-class PolyConfig:
-    """Settings of the polynomial-programming benchmark.
-
-    Attributes:
-        powers: the exponents ``p``.
-        variables: binary variables per run (``V``).
-        target: ``t`` in ``|z - t|^p``.
-        batch: evaluations of ``f`` per step (the batch; see :func:`num_samples_for`).
-        lr: Adam's learning rate.
-        steps: Adam steps.
-        seeds: independent runs per estimator and power.
-        record_every: keep the exact loss every this many steps.
-        init_logit: the initial value of every logit.
-        within: "reached" means an exact loss at most ``(1 + within)`` times the optimum.
-        estimators: registry names and :data:`VARIANTS` to run; ``None``: every registered
-            estimator that supports Bernoulli variables except ``exact``, then every variant
-            (``--quick`` leaves out ``relax(mlp)``, the slowest).
-        reference: also run the closed-form gradient (:data:`REFERENCE`).
-        dtype: dtype of the logits.
-        plot: write ``poly_curves.png`` (needs matplotlib).
-    """
-
-    powers: tuple[float, ...] = (1.5, 2.0, 3.0)
-    variables: int = 128
-    target: float = 0.45
-    batch: int = 64
-    lr: float = 1e-3
-    steps: int = 8000
-    seeds: int = 3
-    record_every: int = 20
-    init_logit: float = 0.0
-    within: float = 0.01
-    estimators: tuple[str, ...] | None = None
-    reference: bool = True
-    dtype: str = "float32"
-    plot: bool = True
-
-
-def default_config(quick: bool) -> PolyConfig:
-    """The full setting, or ``--quick``: 400 steps at lr 2e-2 (same lr x steps), 2 seeds,
-    16 evaluations per step."""
-    if quick:
-        names = [
-            n
-            for n, cls in _estimators.ESTIMATORS.items()
-            if _supports_bernoulli(cls) and not issubclass(cls, Exact)
-        ]
-        return PolyConfig(
-            steps=400,
-            lr=2e-2,
-            seeds=2,
-            batch=16,
-            record_every=4,
-            estimators=(*names, "reinforce(ema)"),
-        )
-    return PolyConfig()
-
-
-# --------------------------------------------------------------------------- the problem
-
-
-def optimum(power: float, target: float = 0.45) -> float:
-    """``min_z E|z - t|^p`` over ``z`` in {0, 1}: ``min(t, 1 - t) ** p``."""
-    return float(min(target, 1 - target) ** power)
-
-
-def exact_loss(probs: Tensor, power: float | Tensor, target: float = 0.45) -> Tensor:
-    """``mean_i [pi_i |1 - t|^p + (1 - pi_i) |t|^p]`` over the last dimension, the exact
-    expected loss of independent Bernoulli variables with probabilities ``probs``
-    (differentiable; ``power`` broadcasts against ``probs.shape[:-1]``)."""
-    power = torch.as_tensor(power, dtype=probs.dtype, device=probs.device)
-    power = power.reshape((*power.shape, 1))
-    one = abs(1 - target) ** power
-    zero = abs(target) ** power
-    return (probs * one + (1 - probs) * zero).mean(-1)
-
-
-def st_stall_probability(power: float, target: float = 0.45) -> float:
-    """The probability at which straight-through's (tau = 1) mean gradient vanishes:
-    ``pi (1-t)^(p-1) = (1 - pi) t^(p-1)``."""
-    return 1 / (1 + ((1 - target) / target) ** (power - 1))
-
-
-def _objective(power: Tensor, target: float) -> Callable[[Tensor], Tensor]:
-    """``f(z) = mean_i |z_i - t|^p``: ``(n, P, S, V) -> (n, P, S)``, ``power`` of shape
-    ``(P, 1, 1)``."""
-
-    def f(z: Tensor) -> Tensor:
-        return (z - target).abs().pow(power).mean(-1)
-
-    return f
-
+from ... import estimators as _estimators
+from ...estimators import RELAX, Estimator, Exact, Reinforce, ScoreFunctionEstimator
+from ...stochastic._expectation import expectation
+from .. import _distributed
+from .._task import BenchSettings, Progress, TaskResult, task
+from ._config import REFERENCE, STATEFUL, PolyConfig, _supports_bernoulli, default_config
+from ._problem import _objective, exact_loss, optimum, st_stall_probability
+from ._report import notes, plot_curves, tables
 
 # --------------------------------------------------------------------------- estimators
 
@@ -213,10 +44,6 @@ VARIANTS: dict[str, Callable[[PolyConfig], Estimator]] = {
     "reinforce(ema)": lambda config: Reinforce(baseline="ema"),
     "relax(mlp)": lambda config: RELAX(RunNet(config.variables)),
 }
-
-
-def _supports_bernoulli(cls: type[Estimator]) -> bool:
-    return "bernoulli" in getattr(cls, "dists", ("bernoulli",))
 
 
 def _resolve_names(config: PolyConfig) -> list[str]:
