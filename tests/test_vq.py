@@ -100,7 +100,7 @@ def test_screened_search_is_the_direct_argmin(distance, dtype, direct, monkeypat
     between two codes, duplicated codes, codes of very different norms), across blocks,
     and on NaN rows (validation off); the rows it leaves unsure decided over every code
     and over their candidates only."""
-    from hardgrad import vq
+    from hardgrad.vq import _search as vq
 
     limit = 1 << 40 if direct == "every code" else 0
     gen = torch.Generator().manual_seed(5)
@@ -374,7 +374,7 @@ def test_inf_or_nan_anywhere_is_refused_and_huge_finite_values_are_not(
 
 
 def test_blocked_search_checks_every_block(monkeypatch):
-    from hardgrad import vq
+    from hardgrad.vq import _search as vq
 
     monkeypatch.setattr(vq, "_BLOCK", 7 * 6)  # 7 rows per block
     z = torch.randn(50, 4, generator=_gen(0))
