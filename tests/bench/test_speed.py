@@ -207,8 +207,8 @@ def test_audit_overhead_rows_are_finite_and_the_watched_step_is_clean():
     import math
     import random
 
-    from hardgrad.bench._speed_audit import SIZES, audit_table, run_audit_overhead
     from hardgrad.bench._task import BenchSettings
+    from hardgrad.bench.speed._audit import SIZES, audit_table, run_audit_overhead
 
     results = run_audit_overhead(BenchSettings(threads=1), 1, 0.001, random.Random(0))
     assert list(results) == [label for label, _, _ in SIZES]
@@ -226,7 +226,7 @@ def test_lsq_rows_against_torch_learnable_kernels(
 ) -> None:
     """Every scheme (per tensor, per channel; scale, scale and zero point) at both sizes,
     in the report and the results, with finite ratios."""
-    from hardgrad.bench._speed_lsq import ROWS
+    from hardgrad.bench.speed._lsq import ROWS
 
     document = _run(tmp_path, TINY, capsys)
     lsq = document["tasks"]["speed"]["results"]["lsq"]
@@ -244,9 +244,9 @@ def test_lsq_rows_refuse_a_kernel_that_computes_something_else(monkeypatch):
     stops the row with SpeedCheckError."""
     import random
 
-    from hardgrad.bench import _speed_lsq
-    from hardgrad.bench._speed_candidates import SpeedCheckError
     from hardgrad.bench._task import BenchSettings
+    from hardgrad.bench.speed import _lsq as _speed_lsq
+    from hardgrad.bench.speed._candidates import SpeedCheckError
 
     real = _speed_lsq._ops.quantize
 
@@ -263,7 +263,7 @@ def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
 ) -> None:
     """A backend's wrong gradient (seen: compiled fake-quantize on one CUDA build) leaves
     that alternative out with the reason, and the run goes on."""
-    from hardgrad.bench import _speed_candidates as candidates
+    from hardgrad.bench.speed import _candidates as candidates
 
     def with_a_wrong_one(spec: Any) -> list[Any]:
         def wrong(x: Any) -> Any:
@@ -296,7 +296,7 @@ def test_compiled_hardgrad_that_differs_from_eager_is_reported_not_timed(
 ) -> None:
     """Seen with torch 2.11: compiled hg.quantize had a zero backward. The speed task
     checks compiled hardgrad against eager hardgrad, reports a difference and goes on."""
-    from hardgrad.bench import speed
+    from hardgrad.bench.speed import _run as speed
 
     def miscompiled(fn: Any, x: Any, g: Any) -> tuple[Any, bool]:
         return (lambda t: fn(t).detach() + 0 * t), True  # the right values, zero gradient
@@ -325,7 +325,7 @@ def test_gumbel_rao_sweep_reports_time_bytes_and_faults_per_k() -> None:
     """The k sweep: every k and ST-Gumbel timed for both unit kinds, saved bytes per
     element that do not depend on k (categorical: logits and sample, 8; Bernoulli: the
     slope, 4), and a table row each."""
-    from hardgrad.bench._speed_rao import rao_table, run_rao_sweep
+    from hardgrad.bench.speed._rao import rao_table, run_rao_sweep
 
     data = run_rao_sweep((1, 3), (16, 8), 2, 0.002, BenchSettings(threads=1), random.Random(0))
     assert data["ks"] == [1, 3]

@@ -32,7 +32,7 @@ TASK_MODULES: dict[str, str] = {
     "vae-categorical": "vae_categorical",
     "vae-bernoulli": "vae_bernoulli",
     "qat": "qat",
-    "speed": "speed",
+    "speed": "speed._run",
     "vq": "vq",
     "models": "models",
     "moe": "moe",

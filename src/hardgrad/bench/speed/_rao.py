@@ -7,7 +7,7 @@ linearly in ``k`` and nothing else: per forward+backward call this times
 each ``k`` next to ST-Gumbel (the same backward with the one unconditioned draw),
 interleaved, with the bytes autograd saves per element and the minor page faults per call
 (fresh memory): neither should grow with ``k``, as the draws are visited in blocks (see
-:mod:`hardgrad.estimators._gumbel_rao`).
+:mod:`hardgrad.estimators._gumbel_rao_draws`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..estimators import GumbelRao
-from ..stochastic import bernoulli as hg_bernoulli
-from ..stochastic import categorical as hg_categorical
-from ._task import BenchSettings, Table
-from ._timing import (
+from ...estimators import GumbelRao
+from ...stochastic import bernoulli as hg_bernoulli
+from ...stochastic import categorical as hg_categorical
+from .._task import BenchSettings, Table
+from .._timing import (
     grad_step,
     median,
     ms,

@@ -43,12 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import estimators as _estimators
-from ..stochastic import bernoulli as hg_bernoulli
-from ..stochastic import categorical as hg_categorical
-from ._speed_candidates import SpeedCheckError
-from ._task import BenchSettings, Progress
-from ._timing import (
+from ... import estimators as _estimators
+from ...stochastic import bernoulli as hg_bernoulli
+from ...stochastic import categorical as hg_categorical
+from .._task import BenchSettings, Progress
+from .._timing import (
     call_counting_saved,
     compare_to_best,
     compile_warm,
@@ -59,6 +58,7 @@ from ._timing import (
     page_faults_per_call,
     time_interleaved,
 )
+from ._candidates import SpeedCheckError
 
 #: The sampler families: ``hg.categorical`` on ``(N, C)`` logits, ``hg.bernoulli`` on ``N * C``.
 KINDS = ("categorical", "bernoulli")

@@ -27,10 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import ops as _ops
-from ._speed_candidates import SpeedCheckError
-from ._task import BenchSettings, Table
-from ._timing import (
+from ... import ops as _ops
+from .._task import BenchSettings, Table
+from .._timing import (
     UNRESOLVED,
     median,
     ratio_interval,
@@ -38,6 +37,7 @@ from ._timing import (
     round_ratios,
     time_interleaved,
 )
+from ._candidates import SpeedCheckError
 
 #: (scheme, learns the zero point) of the rows.
 ROWS = (("per-tensor", False), ("per-channel", False), ("per-tensor", True), ("per-channel", True))

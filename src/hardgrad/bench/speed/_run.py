@@ -1,49 +1,5 @@
-r"""The ``speed`` benchmark: hardgrad's ops against the code people write by hand.
-
-For every op in :data:`hardgrad.ops.OPS` it times forward plus backward,
-
-.. code-block:: python
-
-    y = fn(x); torch.autograd.grad(y, x, g)
-
-for hardgrad and for the common hand-written alternatives with the *same* semantics:
-
-* the **detach trick** ``soft + (hard - soft).detach()`` (e.g. ``x + (torch.round(x) -
-  x).detach()``; for ``sign`` the clipped STE through ``clamp(x, -1, 1)``; for
-  ``heaviside`` through ``sigmoid``; for ``one_hot_argmax`` the ``y_hard - y_soft.detach()
-  + y_soft`` of ``F.gumbel_softmax``);
-* a classic ``torch.autograd.Function`` written as blog posts write it: it saves the float
-  input with ``ctx.save_for_backward(x)`` and masks or multiplies in backward (for the
-  identity straight-through of the rounding ops it saves nothing);
-* PyTorch's own op where one has the same forward and backward: ``torch.clamp`` and
-  ``torch.fake_quantize_per_tensor_affine``.
-
-Before anything is timed, every alternative's forward is checked against the op's plain
-torch reference (bit for bit, except the detach trick's known rounding: ``s + (h - s)``
-need not be exactly ``h`` in floating point, the mismatches are counted and reported) and
-its gradient against hardgrad's (``allclose``).
-
-Candidates of one op are timed in interleaved rounds (``blocked_autorange`` per candidate
-per round, the order shuffled each round) and the median over rounds is kept. The
-**floor** is timed in the same rounds: the two tensors of ``x``'s size that any such op
-must write (forward output and input gradient), as ``dst.copy_(x)`` twice into
-preallocated tensors. Bytes saved for backward are counted with
-``torch.autograd.graph.saved_tensors_hooks``. All of it runs eagerly and again with every
-candidate under ``torch.compile`` (compilation time excluded from the timings).
-
-The **samplers** (``hg.categorical`` with every pathwise estimator of
-:data:`hardgrad.estimators.ESTIMATORS`, ``hg.bernoulli`` with ``"st"``) are timed the same
-way, in their own interleaved rounds, against ``F.gumbel_softmax`` (``hard=True`` and
-``False``), ``OneHotCategoricalStraightThrough(...).rsample()`` and the hand-written
-Bernoulli straight-through, each row as a ratio to the alternative with the same semantics
-(or to ``F.gumbel_softmax(hard=True)`` as a labelled common reference), eagerly and
-compiled on the large input and eagerly again on a small one (``small_numel`` elements),
-where the per-call cost shows: see :mod:`hardgrad.bench._speed_samplers`. Gumbel-Rao is
-also swept over its number of draws ``k`` (time, saved bytes and page faults per call next
-to ST-Gumbel: its cost should be linear in ``k``): see :mod:`hardgrad.bench._speed_rao`. LSQ (``hg.quantize`` with a learned
-scale, and zero point) is timed against PyTorch's fused learnable fake-quantize kernels,
-per tensor and per channel, at both sizes: see :mod:`hardgrad.bench._speed_lsq`.
-"""
+"""The ``speed`` benchmark's runner: each op's candidates checked and timed, eager and
+compiled, and the registered task (see :mod:`hardgrad.bench.speed`)."""
 
 from __future__ import annotations
 
@@ -59,21 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..ops import OPS, OpSpec
-from ._speed_audit import audit_table, run_audit_overhead
-from ._speed_candidates import (
-    ALTERNATIVES,
-    Candidate,
-    SpeedCheckError,
-    alternatives_for,
-    surrogate_label,
-)
-from ._speed_lsq import lsq_table, run_lsq
-from ._speed_rao import rao_table, run_rao_sweep
-from ._speed_report import notes, plot, sampler_tables, tables
-from ._speed_samplers import progress_steps, resolve_rows, run_samplers
-from ._task import BenchSettings, Progress, TaskResult, available_threads, task
-from ._timing import (
+from ...ops import OPS, OpSpec
+from .._task import BenchSettings, Progress, TaskResult, available_threads, task
+from .._timing import (
     compare_to_best,
     compile_warm,
     copy_floors,
@@ -85,92 +29,19 @@ from ._timing import (
     saved_bytes_per_element,
     time_interleaved,
 )
-
-__all__ = ["ALTERNATIVES", "Candidate", "SpeedConfig", "alternatives_for", "default_config", "run"]
-
-
-@dataclass(frozen=True)
-class SpeedConfig:
-    """Sizes and repeats of the speed benchmark.
-
-    Attributes:
-        numel: elements of the 1-D float32 input of the elementwise ops.
-        matrix: ``(N, C)`` shape of the logits of the selection ops (``one_hot_argmax``,
-            ``topk_mask``), which select along the last dimension.
-        ops: op names to run (``None``: every op in ``OPS``).
-        rounds: interleaved timing rounds; the median over rounds is reported.
-        min_run_time: seconds of ``blocked_autorange`` per candidate per round.
-        compile: also time every candidate under ``torch.compile``.
-        compile_ops: the ops timed under compile (``None``: all of ``ops``).
-        candidates: the alternatives to time, by key (``"detach"``, ``"function"``,
-            ``"torch"``); ``None``: all. hardgrad itself is always timed.
-        small_numel: also time every candidate eagerly on this many elements (selection
-            ops: ``(small_numel // C, C)``), where the fixed per-call cost (Python,
-            autograd bookkeeping) dominates; ``None`` skips it.
-        plot: write ``speed_ratio.png`` next to the report (needs matplotlib).
-        samplers: sampler rows, ``"categorical/<estimator>"`` (``hg.categorical`` on
-            ``matrix`` logits) or ``"bernoulli/<estimator>"`` (``hg.bernoulli`` on
-            ``N * C`` log-odds) for pathwise estimators; ``None``: both kinds with every
-            pathwise estimator of ``ESTIMATORS``; ``()``: no samplers.
-        compile_samplers: the sampler rows timed under compile (``None``: all of
-            ``samplers``), with the alternatives they are compared with.
-        audit: time a training step with and without :func:`hardgrad.diagnostics.audit`.
-        rao_ks: Gumbel-Rao's numbers of draws to sweep (both unit kinds, ``matrix``
-            logits, next to ST-Gumbel; see :mod:`hardgrad.bench._speed_rao`); ``()``
-            skips the sweep.
-        lsq: time LSQ against torch's fused learnable fake-quantize kernels at
-            ``small_numel`` and ``numel`` elements (:mod:`hardgrad.bench._speed_lsq`).
-        budget_s: wall seconds each comparison's timing rounds may take (one op in one
-            mode, one sampler row, ...): on a loaded machine fewer than ``rounds`` are
-            run, at least :data:`~hardgrad.bench._timing.MIN_ROUNDS` (``None``: always
-            ``rounds``). A ratio whose confidence interval over the rounds straddles 1 is
-            reported as "unresolved (noise)".
-    """
-
-    numel: int = 2**22
-    matrix: tuple[int, int] = (2**16, 64)
-    ops: tuple[str, ...] | None = None
-    rounds: int = 15
-    min_run_time: float = 0.05
-    compile: bool = True
-    compile_ops: tuple[str, ...] | None = None
-    candidates: tuple[str, ...] | None = None
-    small_numel: int | None = 4096
-    plot: bool = True
-    samplers: tuple[str, ...] | None = None
-    compile_samplers: tuple[str, ...] | None = None
-    audit: bool = True
-    rao_ks: tuple[int, ...] = (1, 2, 5, 10, 20)
-    lsq: bool = True
-    budget_s: float | None = None
-
-
-#: Ops compiled in the ``--quick`` setting (compiling all of them takes minutes on 2 cores).
-QUICK_COMPILE_OPS = ("round", "sign", "clamp", "quantize")
-#: Sampler rows compiled in the ``--quick`` setting.
-QUICK_COMPILE_SAMPLERS = ("categorical/st_gumbel",)
-
-
-#: Seconds of timing rounds per comparison in the ``--quick`` setting (7 rounds of 6
-#: candidates at 0.02 s take about 1.5 s on an idle machine).
-QUICK_BUDGET_S = 3.0
-
-
-def default_config(quick: bool) -> SpeedConfig:
-    """The full setting, or the ``--quick`` one: fewer rounds, a compiled subset."""
-    if quick:
-        return SpeedConfig(
-            numel=2**22,
-            matrix=(2**14, 64),
-            rounds=7,
-            min_run_time=0.02,
-            compile_ops=QUICK_COMPILE_OPS,
-            compile_samplers=QUICK_COMPILE_SAMPLERS,
-            rao_ks=(1, 5, 10),
-            budget_s=QUICK_BUDGET_S,
-        )
-    return SpeedConfig()
-
+from ._audit import audit_table, run_audit_overhead
+from ._candidates import (
+    Candidate,
+    SpeedCheckError,
+    alternatives_for,
+    surrogate_label,
+)
+from ._config import SpeedConfig, default_config
+from ._lsq import lsq_table, run_lsq
+from ._rao import rao_table, run_rao_sweep
+from ._report import notes, plot, tables
+from ._sampler_report import sampler_tables
+from ._samplers import progress_steps, resolve_rows, run_samplers
 
 # --------------------------------------------------------------------------- checks
 

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import ops as _ops
-from ..diagnostics import audit
-from ._task import BenchSettings, Table
-from ._timing import median, round_ratios, time_interleaved
+from ... import ops as _ops
+from ...diagnostics import audit
+from .._task import BenchSettings, Table
+from .._timing import median, round_ratios, time_interleaved
 
 #: (label, batch, width) of the MLP steps timed.
 SIZES = (("small", 32, 64), ("large", 1024, 512))

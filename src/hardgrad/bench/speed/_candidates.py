@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..ops import OpSpec, soft_topk_mask
+from ...ops import OpSpec, soft_topk_mask
 
 
 class SpeedCheckError(AssertionError):
