@@ -21,13 +21,9 @@ from .. import routing
 from .._core.checkpoint import SettingsInState
 from .._core.kernels import eager_plain
 from .._core.validation import check_all_finite, check_floating, check_int, check_real
-from .._routing_ops import (
-    _check_normalize,
-    _dense_mixer,
-    _resolve,
-    _unselected_gates,
-)
 from ..estimators import Estimator
+from ..routing._dense_mixer import _dense_mixer, _unselected_gates
+from ..routing._settings import _check_normalize, _resolve
 
 #: Under ``torch.compile`` (or a ``torch.func`` transform) :meth:`MoE.experts_at` runs
 #: every expert on every token while E is at most this many times the experts per token.

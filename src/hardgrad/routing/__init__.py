@@ -52,17 +52,11 @@ indices that are not dense int64 (``TypeError``) and, while validation is on
 
 from __future__ import annotations
 
-from ._routing_expectation import enumerate_routes, expectation, load_balancing_loss
-from ._routing_ops import (
-    NORMALIZATIONS,
-    ROUTING_ESTIMATORS,
-    SparseMixer,
-    TopK,
-    dense_mixer,
-    topk_route,
-    unselected_experts,
-    unselected_gates,
-)
+from ._balance import load_balancing_loss
+from ._dense_mixer import dense_mixer, unselected_experts, unselected_gates
+from ._expectation import enumerate_routes, expectation
+from ._settings import NORMALIZATIONS, ROUTING_ESTIMATORS, SparseMixer, TopK
+from ._topk import topk_route
 
 __all__ = [
     "NORMALIZATIONS",

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import hardgrad as hg
-from hardgrad._routing_ops import _weights
+from hardgrad.routing._topk import _weights
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 NORMS = ["renormalize", "selected", "none"]
