@@ -1,4 +1,4 @@
-"""Pool-adjacent-violators (hardgrad._isotonic) behind hg.soft_sort, hg.soft_rank and
+"""Pool-adjacent-violators (hardgrad.sorting._isotonic) behind hg.soft_sort, hg.soft_rank and
 isotonic_regression for long rows, against the float64 PAV reference of test_sorting and
 against the min-max path it replaces there."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import hardgrad as hg
-import hardgrad._isotonic as isotonic
+import hardgrad.sorting._isotonic as isotonic
 from hardgrad.sorting import isotonic_regression
-from test_sorting import pav_decreasing, ref_soft_rank_asc, ref_soft_sort_desc
+from sorting.test_sorting import pav_decreasing, ref_soft_rank_asc, ref_soft_sort_desc
 
 REGS = ("l2", "kl")
 

@@ -9,7 +9,7 @@ import torch
 from torch.autograd import gradgradcheck
 
 import hardgrad as hg
-from hardgrad._isotonic import PAV_MIN_LENGTH, _pav_blocks
+from hardgrad.sorting._isotonic import PAV_MIN_LENGTH, _pav_blocks
 
 LENGTHS = (2, 3, 5, 8, 16, 31, 32, 40)
 STRENGTHS = (0.02, 0.3, 1.0, 10.0)
