@@ -12,7 +12,7 @@ r"""Ulp-level numerics for the surrogates (private).
       e_{\min}) - p + 1}},
 
   so that below the smallest normal number the unit is the smallest subnormal; a correctly
-  rounded result scores at most 1/2. (``tests/test_surrogate_ulps.py`` and
+  rounded result scores at most 1/2. (``tests/surrogates/test_ulps.py`` and
   ``docs/results/surrogate_ulps.py`` carry independent copies, so that they can measure
   older checkouts too; the test checks this one against its own.)
 * :func:`evaluate`: runs a surrogate kernel ``grad * s'(x)`` in the precision its result

@@ -476,7 +476,7 @@ def test_mixed_dtypes_follow_promotion():
 
 def test_swish_zero_and_taylor_coefficients():
     """The constants in hardgrad.surrogates, checked with 60-digit decimals."""
-    from hardgrad.surrogates import _SWISH_ROOT, _SWISH_TAYLOR
+    from hardgrad.surrogates._swish import _SWISH_ROOT, _SWISH_TAYLOR
 
     with decimal.localcontext() as ctx:
         ctx.prec = 60
