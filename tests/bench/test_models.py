@@ -10,7 +10,14 @@ import torch
 
 from hardgrad.bench import BenchSettings, run_tasks
 from hardgrad.bench import models as models_task
-from hardgrad.bench.models import MODELS, ModelCheckError, ModelsConfig, build_pair, check_pair
+from hardgrad.bench.models import (
+    MODELS,
+    ModelCheckError,
+    ModelsConfig,
+    _spiking,
+    build_pair,
+    check_pair,
+)
 from hardgrad.bench.report import PlainProgress
 
 SETTINGS = BenchSettings(seed=3, threads=1)
@@ -32,9 +39,9 @@ def test_both_versions_compute_the_same(name: str) -> None:
 
 def test_the_check_catches_a_different_backward(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hardgrad spike with another surrogate slope is not the original model."""
-    monkeypatch.setattr(models_task, "SLOPE", 5.0)  # the original's slope; hardgrad keeps 25
+    monkeypatch.setattr(_spiking, "SLOPE", 5.0)  # the original's slope; hardgrad keeps 25
     pair = build_pair("snn", SETTINGS, TINY)
-    pair.hardgrad.surrogate = models_task.surrogates.FastSigmoid(slope=25.0)
+    pair.hardgrad.surrogate = _spiking.surrogates.FastSigmoid(slope=25.0)
     with pytest.raises(ModelCheckError, match="snn"):
         check_pair(pair)
 

@@ -34,7 +34,7 @@ TASK_MODULES: dict[str, str] = {
     "qat": "qat",
     "speed": "speed._run",
     "vq": "vq",
-    "models": "models",
+    "models": "models._run",
     "moe": "moe",
     "shortest-path": "shortest_path",
     "l0": "l0",
