@@ -15,7 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import hardgrad as hg
-from test_solvers import argmax_solver, gen, top2_solver
+from solvers.test_layers import argmax_solver, gen, top2_solver
 
 N, D = 4, 6
 
