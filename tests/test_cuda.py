@@ -18,7 +18,7 @@ check the tests themselves (see tests/conftest.py). Each test checks that
 * the device agrees with the CPU where the result is deterministic given the noise: hard
   forwards bit for bit, gradients to a dtype-appropriate tolerance (:data:`AGREE`).
   For the random parts, the CPU run replays the device's noise: every uniform draw
-  hardgrad makes goes through ``hardgrad.estimators._base.uniform`` (Gumbel noise
+  hardgrad makes goes through ``hardgrad.estimators._noise.uniform`` (Gumbel noise
   included), so :func:`noise_from` patches that function, wherever a hardgrad module
   imported it, to draw from a generator on the device with the same seed and move the
   result to the CPU. Only ``hg.noisy_rectifier`` draws Gaussian noise; its test
@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_leaves
 
 import hardgrad as hg
 from hardgrad.estimators import ESTIMATORS, RELAX, Estimator, Reinforce
-from hardgrad.estimators import _base as estimator_base
+from hardgrad.estimators import _noise as estimator_base
 
 pytestmark = pytest.mark.cuda
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ._core.kernels import cast, eager_plain, opmath, remember
 from ._core.validation import check_floating, check_positive, check_real
-from .estimators._base import uniform
+from .estimators._noise import uniform
 
 __all__ = ["expected_l0", "hard_concrete", "hard_concrete_mean"]
 

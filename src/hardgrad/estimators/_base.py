@@ -1,4 +1,5 @@
-"""The estimator base class and registry."""
+"""The estimator base classes (:class:`Estimator`, :class:`ScoreFunctionEstimator`), the
+registry :data:`ESTIMATORS` and name resolution (:func:`get`, :func:`resolve`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from .._core.kernels import constant, eager_plain, opmath, opmath_dtype, random_tensor
+from .._core.kernels import constant, eager_plain, opmath
 from .._core.registry import Registry
 from ..ops._autograd import apply_identity
+from ._noise import _logistic_of, gumbel_noise, logistic_noise, logistic_pair, uniform
+from ._problem import Problem
 from ._probs import sample_from_probs
 
 #: The registry of gradient estimators, name to class; ``ESTIMATORS.names()`` lists them.
@@ -207,77 +210,6 @@ def _sample_above(probs: Tensor, logistic: Tensor) -> Tensor:
     return torch.sub(constant(1.0, sample), sample, out=sample)
 
 
-def noise_dtype(logits: Tensor) -> torch.dtype:
-    """float32 for half-precision logits, their own dtype otherwise."""
-    return opmath_dtype(logits.dtype)
-
-
-def uniform(
-    like: Tensor, generator: torch.Generator | None, shape: tuple[int, ...] | None = None
-) -> Tensor:
-    """Uniform noise in ``[tiny, 1 - eps]``, so that ``log(u)`` and ``log(1 - u)`` are finite."""
-    dtype = noise_dtype(like)
-    info = torch.finfo(dtype)
-    plain = eager_plain(like)
-    if plain and shape is None:
-        # rand_like into a contiguous tensor is torch.rand(like.shape, ...) number for number
-        # (an empty tensor filled by uniform_), without parsing a torch.Size and a device:
-        # 1.9 against 3.3 µs a call. (Not under compile or a torch.func transform, where
-        # rand_like of a batched tensor would draw batched noise.)
-        u = torch.rand_like(
-            like, dtype=dtype, memory_format=torch.contiguous_format, generator=generator
-        )
-    else:
-        size = like.shape if shape is None else shape
-        u = random_tensor(torch.rand, size, generator, dtype=dtype, device=like.device)
-    if plain:
-        return u.clamp_(info.tiny, 1 - info.eps)  # one pass
-    return u.clamp_min_(info.tiny).clamp_max_(1 - info.eps)  # (vmap has no rule for clamp_)
-
-
-def logistic_pair(like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Two-class noise ``(0, L)`` shaped ``(*like.shape, 2)``, ``L = log(u / (1 - u))``
-    standard logistic (the law of :math:`g_1 - g_0` for two Gumbels); always finite.
-
-    One logarithm of the ratio rather than ``log u - log1p(-u)``: the same largest absolute
-    error over the 2**24 values ``torch.rand`` draws in float32 (3.1e-6 against float64),
-    and half the time once the uniforms are drawn (compiled, 0.75 against 1.6 ms for 4M).
-    """
-    u = uniform(like, generator)
-    if not eager_plain(u):
-        logistic = (u / (1 - u)).log()
-        # a zero padded in front, not a stack: inductor lowers the pad as an elementwise
-        # expression that fuses into the sampler, a stack as a copy into a strided buffer
-        return torch.nn.functional.pad(logistic.unsqueeze(-1), (1, 0))
-    # Written in place into a pair laid out class by class (shape (..., 2), strides
-    # (..., 1, n)): each class is contiguous, and a kernel writing a strided half costs 6x
-    # (a log into every other float of 4,096: 17.9 vs 2.9 µs).
-    pair = u.new_empty(2, *u.shape).movedim(0, -1)
-    pair[..., 0].zero_()
-    _logistic_of(u, out=pair[..., 1])
-    return pair
-
-
-def _logistic_of(u: Tensor, out: Tensor) -> Tensor:
-    """``log(u / (1 - u))`` of uniforms ``u``, written into ``out`` (eager mode).
-
-    ``torch.logit`` without ``eps`` is that expression in one pass (its CPU kernel divides,
-    then takes the same vectorized logarithm as ``torch.log``): the same bits as the three
-    kernels ``1 - u``, ``/``, ``log`` (checked on all 2**24 float32 values ``torch.rand``
-    draws, and in float64), at 42 against 50 µs for 4,096 draws with the uniforms, 29
-    against 44 ms for 4M."""
-    return torch.logit(u, out=out)
-
-
-def logistic_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """The logistic half ``L`` of :func:`logistic_pair`, shaped like ``like``, from the same
-    draws of ``generator`` and with the same bits (eager mode): the noise of a Bernoulli
-    sample whose estimator takes the difference :math:`g_1 - g_0` alone
-    (:func:`accepts_logistic_difference`)."""
-    u = uniform(like, generator)
-    return _logistic_of(u, out=u)
-
-
 def accepts_logistic_difference(bernoulli: F) -> F:
     """Mark an estimator's ``bernoulli(logits, noise)`` as taking, besides the two-class
     noise pair (shape ``(*logits.shape, 2)``), the logistic difference :math:`g_1 - g_0`
@@ -287,9 +219,30 @@ def accepts_logistic_difference(bernoulli: F) -> F:
     return bernoulli
 
 
-def gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Standard Gumbel noise ``-log(-log u)`` shaped like ``like``; always finite."""
-    return uniform(like, generator).log_().neg_().log_().neg_()
+class ScoreFunctionEstimator(Estimator):
+    """An estimator that works through :func:`hardgrad.expectation` only: it needs ``f``.
+
+    Subclasses implement :meth:`expectation`. Class attributes beyond :class:`Estimator`'s:
+    ``dists`` (the distributions it is defined for), ``min_samples`` and
+    ``sample_multiple`` (``num_samples`` must be a multiple, e.g. 2 for antithetic pairs).
+    """
+
+    pathwise: ClassVar[bool] = False
+    unbiased: ClassVar[bool] = True
+    dists: ClassVar[tuple[str, ...]] = ("bernoulli", "categorical")
+    min_samples: ClassVar[int] = 1
+    sample_multiple: ClassVar[int] = 1
+
+    def categorical(self, logits: Tensor, noise: Any, dim: int) -> Tensor:
+        raise TypeError(f"{type(self).__name__} needs the objective: use it through hg.expectation")
+
+    def default_num_samples(self) -> int:
+        """The natural ``num_samples`` when the caller passes ``None``."""
+        return max(self.min_samples, self.sample_multiple)
+
+    @abc.abstractmethod
+    def expectation(self, problem: Problem) -> Tensor:
+        """The value of shape ``prefix`` whose logits-gradient is the estimator."""
 
 
 def get(name: str) -> Estimator:
@@ -330,8 +283,6 @@ def resolve(estimator: str | Estimator, *, pathwise: bool = False, where: str = 
         )
     if pathwise and not instance.pathwise:
         usable = ", ".join(repr(n) for n, cls in ESTIMATORS.items() if cls.pathwise)
-        from ._score import ScoreFunctionEstimator  # (an error path: no import cycle)
-
         if not isinstance(instance, ScoreFunctionEstimator):
             raise TypeError(
                 f"Expected a pathwise `estimator` for {where}, but found "

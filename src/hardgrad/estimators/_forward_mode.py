@@ -29,20 +29,13 @@ from typing import Any
 from torch import Tensor
 
 from ..ops._autograd import cached_signature, forward_mode
-from ._pathwise import (
-    _BinaryGappedSample,
-    _BinaryGumbelRaoSample,
-    _BinaryPerturbedSample,
-    _BinarySample,
-    _GappedSample,
-    _GumbelRaoSample,
-    _GumbelStraightThroughSample,
-    _IdentitySample,
-    _ReinMaxSample,
-    _Relaxation,
-    _StraightThroughSample,
-)
+from ._gst import _BinaryGappedSample, _GappedSample
+from ._gumbel_rao import _BinaryGumbelRaoSample, _GumbelRaoSample
+from ._gumbel_softmax import _GumbelStraightThroughSample, _Relaxation
+from ._pathwise import _BinaryPerturbedSample, _BinarySample
+from ._reinmax import _ReinMaxSample
 from ._score import _ScoreGradient
+from ._straight_through import _IdentitySample, _StraightThroughSample
 
 
 @forward_mode(_BinarySample)

@@ -1,275 +1,240 @@
-r"""Gumbel-Rao's conditional draws, visited in blocks (Paulus, Maddison & Krause 2021,
-https://arxiv.org/abs/2010.04838).
-
-Gumbel-Rao's backward averages ST-Gumbel's over :math:`k` draws of the perturbed logits
-conditioned on the sample :math:`D` (:func:`conditional_gumbel`). Its samplers
-(:class:`hardgrad.estimators._pathwise._GumbelRaoSample` and the Bernoulli form) never hold
-all :math:`k` draws at once: for logits of shape ``(A, C, B)`` (``C`` the categories,
-``A`` and ``B`` the dimensions before and after) the draws are laid out ``(k, A, C, B)``,
-as ``torch.rand((k, *shape))`` fills them, and visited in blocks of at most
-:data:`GUMBEL_RAO_CHUNK` elements in that order (draw by draw, then along ``A``):
-
-* the temporaries stay small whatever :math:`k` and the batch: ``(k, ...)`` temporaries
-  of a large batch are fresh memory, page-faulted in on every call (a storm of faults that
-  cost about as much as the arithmetic);
-* on CPU a block can be drawn when it is needed (:func:`drawn_source`) and still be the
-  very numbers of one ``torch.rand`` of the whole: the CPU generator (a Mersenne twister)
-  fills a tensor element by element, one 32-bit word per float32 and two per float64,
-  so consecutive draws continue one stream. The Bernoulli form draws its blocks in the
-  forward and keeps only the per-unit slope (4 bytes per element, whatever :math:`k`); the
-  categorical backward needs the incoming gradient, so the forward saves the generator's
-  state, skips it past the draws (:func:`skip_uniforms`) and the backward replays them
-  (:class:`Replay`).
-
-Explicit draws (``GumbelRao.noise()``, ``torch.compile``, ``torch.func``, CUDA) are read
-block by block from the tensor (:func:`tensor_source`), with the same arithmetic, so both
-give the same gradient bit for bit.
-"""
+r"""Gumbel-Rao: ST-Gumbel Rao-Blackwellised over conditional Gumbel draws; the draws in
+blocks are in :mod:`hardgrad.estimators._gumbel_rao_draws` (notation in
+:mod:`hardgrad.estimators._pathwise`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
-from .._core.kernels import eager_plain
-from ._base import noise_dtype, uniform
-
-#: Elements per block of draws (1 MB of float32): the temporaries stay this small whatever
-#: ``k`` and the batch, so the allocator reuses them instead of faulting in fresh pages.
-GUMBEL_RAO_CHUNK = 2**18
-
-#: ``(k, A, C, B)``: draws, the dimensions before the categories, categories, after.
-Layout = tuple[int, int, int, int]
-
-#: A block of draws ``(d0, d1, a0, a1)``: draws ``d0:d1`` of rows ``a0:a1`` of ``A``.
-Block = tuple[int, int, int, int]
-
-#: Gives the draws of a block, shaped ``(d1 - d0, a1 - a0, C, B)``; called in
-#: :func:`blocks` order.
-Source = Callable[[int, int, int, int], Tensor]
+from .._core.kernels import cast, eager_plain, finite, opmath
+from .._core.validation import check_int
+from ..ops._autograd import apply_function, cached_signature, mark_non_differentiable
+from . import _gumbel_rao_draws as rao
+from ._base import ESTIMATORS
+from ._gumbel_rao_draws import Replay
+from ._noise import logistic_pair, uniform
+from ._pathwise import _binary_sample, _gumbel_max, _Tempered
+from ._shift import finite_shifted
 
 
-def conditional_gumbel(ell: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
-    r"""Perturbed logits :math:`z = \ell + g` drawn from the Gumbels *given* ``argmax z = D``.
+@cached_signature
+class _GumbelRaoSample(torch.autograd.Function):
+    """Forward the Gumbel-max sample; backward: ST-Gumbel averaged over conditional draws.
 
-    With :math:`E \sim \operatorname{Exp}(1)` and :math:`\Lambda = \operatorname{logsumexp}(\ell)`:
-    the maximum is :math:`z_D = \Lambda - \log E_D` and every other coordinate is a Gumbel
-    truncated below it, :math:`z_i = -\log(E_D e^{-\Lambda} + E_i e^{-\ell_i})` (Maddison et
-    al. 2014, https://arxiv.org/abs/1411.0030), computed in log space so that no term
-    overflows. ``ell`` (finite), the bool ``chosen`` (:math:`D`) and ``log_e``
-    (:math:`\log E`) broadcast together; differentiable in ``ell``.
+    ``draws``: the exponentials of the ``k`` conditional draws, ``(k, *logits.shape)``, or
+    a :class:`~hardgrad.estimators._gumbel_rao_draws.Replay` of them (eager CPU); the backward
+    reads them in blocks (:mod:`hardgrad.estimators._gumbel_rao_draws`).
     """
-    total = torch.logsumexp(ell, dim, keepdim=True)
-    log_e_max = torch.where(chosen, log_e, 0).sum(dim, keepdim=True)
-    top = total - log_e_max
-    rest = -torch.logaddexp(log_e_max - total, log_e - ell)
-    return torch.where(chosen, top, rest)
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        logits: Tensor, gumbel: Tensor, draws: Tensor | Replay, dim: int, tau: float
+    ) -> Tensor:
+        return _gumbel_max(logits, gumbel, dim)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        logits, _, draws, ctx.dim, ctx.tau = inputs
+        if isinstance(draws, Tensor):
+            ctx.replay, ctx.k = None, draws.shape[0]
+            ctx.save_for_backward(logits, output, draws)
+        else:
+            ctx.replay, ctx.k = draws, draws.k
+            ctx.save_for_backward(logits, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+        logits, sample, *explicit = ctx.saved_tensors
+        dim, tau, k = ctx.dim, ctx.tau, ctx.k
+        ell = finite_shifted(opmath(logits), dim)
+        if torch.compiler.is_compiling():
+            # One pass along dim itself: inside a graph inductor plans the temporaries,
+            # and the reshapes below would tie symbolic sizes together.
+            back = dim - logits.dim()  # the same dimension of the logits and the draws
+            total = torch.logsumexp(ell, back, keepdim=True)
+            chosen, g, log_e = sample.to(torch.bool), opmath(grad), explicit[0].log()
+            summed = rao.categorical_slopes(ell, total, chosen, g, log_e, tau, back)
+            return (summed / (k * tau)).to(logits.dtype), None, None, None, None
+        lay = rao.layout(k, logits.shape, dim)
+        at = rao.class_dim(lay)
+        rows, g = rao.block_view(ell, lay), rao.block_view(opmath(grad), lay)
+        total = torch.logsumexp(rows, at, keepdim=True)
+        hot = rao.block_view(sample, lay)  # eager: the index, for in-place gather/scatter
+        chosen = hot.argmax(at, keepdim=True) if eager_plain(rows) else hot.to(torch.bool)
+        # log E, block by block: of the saved exponentials, or replayed
+        source = (
+            rao.tensor_source(explicit[0], lay, torch.log) if explicit else ctx.replay.source(lay)
+        )
+
+        def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
+            log_e = source(d0, d1, a0, a1)
+            rows_a, total_a, chosen_a, g_a = rows[a0:a1], total[a0:a1], chosen[a0:a1], g[a0:a1]
+            return rao.categorical_slopes(rows_a, total_a, chosen_a, g_a, log_e, tau, at)
+
+        mean = rao.summed_over_draws(lay, part) / (k * tau)
+        return mean.reshape(logits.shape).to(logits.dtype), None, None, None, None
 
 
-def layout(k: int, shape: tuple[int, ...] | torch.Size, dim: int) -> Layout:
-    """The ``(k, A, C, B)`` layout of ``k`` draws for logits of ``shape`` along ``dim``."""
-    outer = 1
-    for size in shape[:dim]:
-        outer *= size
-    inner = 1
-    for size in shape[dim + 1 :]:
-        inner *= size
-    return k, outer, shape[dim], inner
+@cached_signature
+class _BinaryGumbelRaoSample(torch.autograd.Function):
+    r"""Gumbel-Rao's direct Bernoulli form: the two-class unit :math:`[0, \ell]` in closed form.
+
+    ``draws``: the log-ratios :math:`r = \log(E_0/E_1)` of the exponentials of the ``k``
+    conditional draws (``(k, *logits.shape)``), or a source that draws them block by block
+    (:func:`~hardgrad.estimators._gumbel_rao_draws.drawn_source`, eager CPU). The conditional
+    perturbed log-odds (:func:`~hardgrad.estimators._gumbel_rao_draws.conditional_gumbel` on the two
+    classes) are
+    :math:`d = \operatorname{softplus}(r + \operatorname{softplus}(\ell))` when
+    :math:`b = 1` and :math:`d = -\operatorname{softplus}(\operatorname{softplus}(-\ell) - r)`
+    when :math:`b = 0`, i.e. :math:`|d| = \operatorname{softplus}(u)` with
+    :math:`u = s r + \operatorname{softplus}(s \ell)`, :math:`s = 2b - 1`. The backward is
+    :math:`\bar y` times the slope :math:`\tfrac1{k\tau}\sum_j \sigma'(d_j/\tau)`, which
+    does not depend on :math:`\bar y`: the forward computes it (in blocks of
+    :data:`~hardgrad.estimators._gumbel_rao_draws.GUMBEL_RAO_CHUNK` elements) and saves only it,
+    4 bytes per unit whatever ``k``. :math:`\sigma'` is even, so only :math:`|d|` is
+    needed: :math:`\sigma'(x) = e^{-x}/(1 + e^{-x})^2` for :math:`x = |d|/\tau \ge 0`,
+    stable. Same sample and, up to rounding, the same gradient as the categorical path on
+    the same noise, at a fraction of its cost.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        logits: Tensor, gumbel: Tensor, draws: Tensor | rao.Source, k: int, tau: float
+    ) -> tuple[Tensor, Tensor]:
+        sample, _ = _binary_sample(logits, gumbel)
+        lay = (k, logits.numel(), 1, 1)  # units as rows of one class: blocks (d, a, 1)
+        ell = rao.block_view(finite(opmath(logits)), lay)
+        sign = rao.block_view(sample, lay).to(ell.dtype).mul(2).sub(1)  # s = 2b - 1
+        shift = softplus(sign * ell)
+        source = rao.tensor_source(draws, lay) if isinstance(draws, Tensor) else draws
+
+        def part(d0: int, d1: int, a0: int, a1: int) -> Tensor:
+            ratio = cast(source(d0, d1, a0, a1), ell.dtype)
+            return rao.binary_slopes(ratio, sign[a0:a1], shift[a0:a1], tau)
+
+        slope = rao.summed_over_draws(lay, part) / (k * tau)
+        return sample, slope.reshape(logits.shape)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        slope = output[1]
+        mark_non_differentiable(ctx, slope)
+        ctx.save_for_backward(slope)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_slope: Any) -> tuple[Tensor | None, ...]:
+        (slope,) = ctx.saved_tensors
+        return (opmath(grad) * slope).to(grad.dtype), None, None, None, None
 
 
-def blocks(lay: Layout) -> Iterator[Block]:
-    """The blocks of the draws in the order ``torch.rand`` fills them, each at most
-    :data:`GUMBEL_RAO_CHUNK` elements, or one row of ``A`` of one draw where a row is
-    larger: all draws at once if they fit, else whole draws, else rows of one draw."""
-    k, outer, classes, inner = lay
-    per_row = classes * inner
-    per_draw = outer * per_row
-    chunk = GUMBEL_RAO_CHUNK
-    if per_draw * k <= chunk or per_draw == 0:
-        yield 0, k, 0, outer
-    elif per_draw <= chunk:
-        step = chunk // per_draw
-        for d0 in range(0, k, step):
-            yield d0, min(k, d0 + step), 0, outer
-    else:
-        step = max(1, chunk // per_row)
-        for d in range(k):
-            for a0 in range(0, outer, step):
-                yield d, d + 1, a0, min(outer, a0 + step)
+@ESTIMATORS.register("gumbel_rao")
+@dataclass(frozen=True)
+class GumbelRao(_Tempered):
+    r"""Gumbel-Rao: ST-Gumbel Rao-Blackwellised over the Gumbels that give the same sample.
 
+    Forward: the exact sample :math:`D`. Backward: the average over :math:`k` draws of
+    :math:`z^{(j)} \sim (\ell + g \mid \arg\max(\ell + g) = D)` of
+    :math:`\tfrac1\tau J(\operatorname{softmax}(z^{(j)}/\tau))^\top \bar y`, a Monte-Carlo
+    estimate of :math:`E[\text{ST-Gumbel} \mid D]`. The conditional draws are treated as
+    noise (not differentiated), which is what keeps ST-Gumbel's mean exactly while
+    lowering its variance. Biased (as ST-Gumbel is). Paulus, Maddison & Krause (2021),
+    https://arxiv.org/abs/2010.04838.
 
-def _row_shape(lay: Layout) -> tuple[int, ...]:
-    """One row of ``A``: ``(C,)`` when ``B == 1`` (categories last, where the softmax
-    kernels are fastest), else ``(C, B)``."""
-    return (lay[2],) if lay[3] == 1 else (lay[2], lay[3])
+    With ``probs``: the chain rule through :math:`\ell = \log q`, with the conditional
+    draws written as perturbations of :math:`\log q` that stay finite at :math:`q_i = 0`;
+    the limit there is 0 for :math:`\tau < 1`, infinite for :math:`\tau > 1`, and for
+    :math:`\tau = 1` (Bernoulli at :math:`p = 0`) the mean over the draws of
+    :math:`E_0/E_1`, their exponentials (:math:`E_1/E_0` at :math:`p = 1`).
 
+    Memory and time grow with :math:`k` only through the arithmetic: the draws are visited
+    in blocks of 1 MB (:mod:`hardgrad.estimators._gumbel_rao_draws`). On CPU in eager mode
+    :func:`hardgrad.categorical` saves the logits and the sample, nothing per draw: it
+    saves the generator's state, skips the generator past the draws, and the backward
+    replays them; :func:`hardgrad.bernoulli` saves only the per-unit slope. Both give the
+    numbers of :meth:`noise` / :meth:`bernoulli_noise` bit for bit and leave the generator
+    where they leave it. Elsewhere (CUDA, ``torch.compile``, ``torch.func``, ``probs=``)
+    the draws are drawn up front: held during the Bernoulli forward (its slope is still
+    all it saves), saved for the categorical backward (:math:`4k` bytes per element in
+    float32).
 
-def block_view(x: Tensor, lay: Layout) -> Tensor:
-    """``x`` (logits-shaped) as rows of ``A``: ``(A, C)`` or ``(A, C, B)``, categories at
-    :func:`class_dim`."""
-    return x.reshape(lay[1], *_row_shape(lay))
+    Args:
+        tau: temperature of the relaxation, > 0.
+        k: conditional draws per sample, >= 1.
 
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> hg.estimators.GumbelRao(tau=0.5, k=10)
+        GumbelRao(tau=0.5, k=10)
+    """
 
-def class_dim(lay: Layout) -> int:
-    """The categories' dimension in :func:`block_view` and in the blocks (from the back)."""
-    return -1 if lay[3] == 1 else -2
+    k: int = 10
+    name: ClassVar[str] = "gumbel_rao"
+    probs_kind: ClassVar[str | None] = "gumbel_rao"
+    logistic_bernoulli_noise: ClassVar[bool] = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int(self.k, "k", low=1)
 
-def tensor_source(
-    draws: Tensor, lay: Layout, transform: Callable[[Tensor], Tensor] | None = None
-) -> Source:
-    """Blocks of explicit draws ``(k, *shape)``: slices (views: never written to), or
-    ``transform`` of them."""
-    view = draws.reshape(lay[0], lay[1], *_row_shape(lay))
-    if transform is None:
-        return lambda d0, d1, a0, a1: view[d0:d1, a0:a1]
-    return lambda d0, d1, a0, a1: transform(view[d0:d1, a0:a1])
+    def noise(self, logits: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        """The Gumbels of the sample, then the ``k`` draws' exponentials ``(k, *shape)``."""
+        gumbel = super().noise(logits, generator)
+        exponentials = rao.exponentials_of(uniform(logits, generator, (self.k, *logits.shape)))
+        return gumbel, exponentials
 
+    def bernoulli_noise(
+        self, logits: Tensor, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        r"""The pair :math:`(0, L)` of the sample (:attr:`logistic_bernoulli_noise`), then
+        per draw the exponentials :math:`(e^R, 1)` with :math:`R` standard logistic, shaped
+        ``(k, *logits.shape, 2)``: a two-class draw depends on its exponentials only
+        through :math:`E_0/E_1`, distributed as :math:`e^R`; one uniform per draw."""
+        pair = logistic_pair(logits, generator)
+        odds = rao.odds_of(uniform(logits, generator, (self.k, *logits.shape)))
+        return pair, torch.stack((odds, torch.ones_like(odds)), -1)
 
-def drawn_source(
-    like: Tensor,
-    generator: torch.Generator | None,
-    lay: Layout,
-    transform: Callable[[Tensor], Tensor],
-) -> Source:
-    """Blocks drawn from ``generator`` when asked for (uniforms of :func:`uniform`, then
-    ``transform``): on CPU, asked in :func:`blocks` order, the numbers of one draw of
-    the whole ``(k, *shape)``."""
-    row = _row_shape(lay)
+    def sample_categorical(
+        self, logits: Tensor, generator: torch.Generator | None, dim: int
+    ) -> Tensor:
+        """:meth:`categorical` on :meth:`noise`; on CPU in eager mode the same numbers
+        without holding the draws: the generator's state is saved and skipped past them,
+        and the backward replays them in blocks."""
+        if not rao.plain_cpu(logits):
+            return super().sample_categorical(logits, generator, dim)
+        gumbel = super().noise(logits, generator)
+        replay = Replay.skip(logits, generator, self.k)
+        if dim < 0:
+            dim += logits.dim()
+        return apply_function(_GumbelRaoSample, logits, gumbel, replay, dim, self.tau)
 
-    def draw(d0: int, d1: int, a0: int, a1: int) -> Tensor:
-        return transform(uniform(like, generator, (d1 - d0, a1 - a0, *row)))
+    def sample_bernoulli(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
+        """:meth:`bernoulli` on :meth:`bernoulli_noise`; on CPU in eager mode the same
+        numbers with the draws taken from the generator block by block in the forward."""
+        if not rao.plain_cpu(logits):
+            return super().sample_bernoulli(logits, generator)
+        pair = logistic_pair(logits, generator)
+        lay = (self.k, logits.numel(), 1, 1)
+        draws = rao.drawn_source(logits, generator, lay, rao.logistic_of)
+        return apply_function(_BinaryGumbelRaoSample, logits, pair, draws, self.k, self.tau)[0]
 
-    return draw
+    def categorical(self, logits: Tensor, noise: tuple[Tensor, Tensor], dim: int) -> Tensor:
+        gumbel, exponentials = noise
+        if dim < 0:  # the backward works on (k, *logits.shape): it needs dim from the front
+            dim += logits.dim()
+        return apply_function(_GumbelRaoSample, logits, gumbel, exponentials, dim, self.tau)
 
-
-def exponentials_of(u: Tensor) -> Tensor:
-    """:math:`E = -\\log u`, standard exponentials (what ``GumbelRao.noise`` draws)."""
-    return u.log_().neg_() if eager_plain(u) else -u.log()
-
-
-def log_exponentials_of(u: Tensor) -> Tensor:
-    """:math:`\\log E = \\log(-\\log u)` in place: what the categorical slopes read."""
-    return u.log_().neg_().log_()
-
-
-def odds_of(u: Tensor) -> Tensor:
-    r""":math:`e^R = u / (1 - u)` (in place in eager mode), :math:`R` standard logistic: the
-    law of :math:`\log(E_0/E_1)` for two standard exponentials, all a two-class
-    conditional draw depends on."""
-    return u.div_(torch.sub(1, u)) if eager_plain(u) else u / (1 - u)
-
-
-def logistic_of(u: Tensor) -> Tensor:
-    """:math:`R = \\log(u / (1 - u))`, standard logistic (see :func:`odds_of`)."""
-    odds = odds_of(u)
-    return odds.log_() if eager_plain(odds) else odds.log()
-
-
-def summed_over_draws(lay: Layout, part: Callable[[int, int, int, int], Tensor]) -> Tensor:
-    """The sum over all draws of ``part(block)`` (the block's own draws already summed,
-    rows ``a0:a1``), added block by block in :func:`blocks` order; rows of ``A`` first."""
-    sums: dict[int, Tensor] = {}
-    for d0, d1, a0, a1 in blocks(lay):
-        value = part(d0, d1, a0, a1)
-        previous = sums.get(a0)
-        sums[a0] = value if previous is None else previous + value
-    parts = list(sums.values())  # (the first draw visits the rows in order)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def categorical_slopes(
-    ell: Tensor,
-    total: Tensor,
-    chosen: Tensor,
-    grad: Tensor,
-    log_e: Tensor,
-    tau: float,
-    dim: int,
-) -> Tensor:
-    r"""The sum over a block's draws (``log_e``, the logarithms of their exponentials, with a
-    leading dimension of draws) of :math:`J(p)^\top \bar y` at the softmax :math:`p` of the
-    conditional perturbed logits over :math:`\tau` (ST-Gumbel's VJP times :math:`\tau`),
-    for the block's rows of logits ``ell`` (finite), their logsumexp ``total``, the sample
-    (``chosen``: the bool one-hot in eager mode, where ``log_e`` is a fresh temporary that
-    is overwritten, else the index of the sample, keepdim) and the incoming gradient.
-
-    With :math:`a = \log E_D - \Lambda` and :math:`b_i = \log E_i - \ell_i`,
-    :func:`conditional_gumbel` is :math:`z_D = -a` and :math:`z_i = -\operatorname{logaddexp}
-    (a, b_i)`, so :math:`z_D - z_i = \operatorname{softplus}(b_i - a) \ge 0` and
-    :math:`p \propto w` with :math:`w_D = 1`, :math:`w_i = e^{-(z_D - z_i)/\tau} \in [0, 1]`:
-    no overflow at any temperature, one exponential fewer than the softmax of :math:`z`."""
-    if chosen.dtype == torch.bool:
-        a = torch.where(chosen, log_e, 0).sum(dim, keepdim=True) - total
-        w = torch.exp(softplus(log_e - ell - a) * (-1.0 / tau))
-        w = torch.where(chosen, 1.0, w)
-        p = w / w.sum(dim, keepdim=True)
-    else:  # eager: in place, and the sampled entries by index (a row's one element)
-        index = chosen.expand(log_e.shape[0], *chosen.shape)
-        a = log_e.gather(dim, index).sub_(total)
-        w = softplus(log_e.sub_(ell).sub_(a)).mul_(-1.0 / tau).exp_().scatter_(dim, index, 1.0)
-        p = w.div_(w.sum(dim, keepdim=True))
-    return torch._softmax_backward_data(grad.expand_as(p), p, dim, p.dtype).sum(0)
-
-
-def binary_slopes(log_ratio: Tensor, sign: Tensor, shift: Tensor, tau: float) -> Tensor:
-    r"""The sum over a block's draws (``log_ratio``, leading dimension) of
-    :math:`\sigma'(\operatorname{softplus}(s r + \operatorname{softplus}(s\ell))/\tau)`
-    (see :class:`hardgrad.estimators._pathwise._BinaryGumbelRaoSample`), :math:`\sigma'(x)
-    = e^{-x}/(1 + e^{-x})^2` at :math:`x \ge 0`, stable."""
-    x = softplus(log_ratio * sign + shift)
-    if eager_plain(x):  # in place on fresh temporaries
-        e = x.mul_(-1.0 / tau).exp_()
-        d = e + 1
-        return e.div_(d).div_(d).sum(0)
-    e = torch.exp(x * (-1.0 / tau))
-    return (e / (e + 1) / (e + 1)).sum(0)
-
-
-def skip_uniforms(like: Tensor, generator: torch.Generator, count: int) -> None:
-    """Advance ``generator`` (CPU) past ``count`` uniforms of ``like``'s noise dtype, as
-    drawing them would, through a :data:`GUMBEL_RAO_CHUNK` scratch buffer."""
-    scratch = torch.empty(min(count, GUMBEL_RAO_CHUNK), dtype=noise_dtype(like))
-    while count > 0:
-        n = min(count, scratch.numel())
-        scratch[:n].uniform_(generator=generator)
-        count -= n
-
-
-@dataclass(frozen=True, eq=False)
-class Replay:
-    """The categorical draws of one eager CPU call, replayed by its backward: the state of
-    the generator before they were drawn (the forward skipped it past them)."""
-
-    state: Tensor
-    like: Tensor  # a 0-d tensor of the logits' dtype (the noise dtype) and device
-    k: int
-
-    @classmethod
-    def skip(cls, logits: Tensor, generator: torch.Generator | None, k: int) -> Replay:
-        """Save ``generator``'s state, then skip it past ``k`` draws shaped like ``logits``."""
-        chosen = torch.default_generator if generator is None else generator
-        state = chosen.get_state()
-        skip_uniforms(logits, chosen, k * logits.numel())
-        return cls(state, logits.new_empty(()), k)
-
-    def source(self, lay: Layout) -> Source:
-        """The logarithms of the exponentials, block by block, from a private generator at the saved state
-        (so a second backward replays them again)."""
-        private = torch.Generator(device=self.like.device)
-        private.set_state(self.state)
-        return drawn_source(self.like, private, lay, log_exponentials_of)
-
-
-def plain_cpu(logits: Tensor) -> bool:
-    """Whether the draws can come block by block from the generator: plain eager mode (no
-    compile, ``torch.func`` or forward-AD level) on CPU, where blocks continue the stream."""
-    return (
-        logits.device.type == "cpu"
-        and eager_plain(logits)
-        and torch.autograd.forward_ad._current_level < 0
-    )
+    def bernoulli(self, logits: Tensor, noise: tuple[Tensor, Tensor]) -> Tensor:
+        gumbel, exponentials = noise
+        ratio = exponentials[..., 0] / exponentials[..., 1]
+        log_ratio = ratio.log_() if eager_plain(ratio) else ratio.log()  # log(E0 / E1)
+        k = exponentials.shape[0]
+        return apply_function(_BinaryGumbelRaoSample, logits, gumbel, log_ratio, k, self.tau)[0]

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .._core.kernels import finite, one_hot, opmath
-from ._base import gumbel_noise, uniform
+from ._noise import gumbel_noise, uniform
 from ._shift import finite_shifted
 
 Objective = Callable[[Tensor], Tensor]

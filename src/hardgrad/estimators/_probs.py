@@ -91,7 +91,7 @@ def _softmax_ratio(
 
 
 def _conditional_delta(log_q: Tensor, chosen: Tensor, log_e: Tensor, dim: int) -> Tensor:
-    r"""The conditional Gumbels of :func:`hardgrad.estimators._gumbel_rao.conditional_gumbel`
+    r"""The conditional Gumbels of :func:`hardgrad.estimators._gumbel_rao_draws.conditional_gumbel`
     as perturbations :math:`\delta = z - \ell`, finite where :math:`\ell_i = -\infty`:
     :math:`\delta_D = \Lambda - \log E_D - \ell_D` and
     :math:`\delta_i = -\log(E_D e^{\ell_i - \Lambda} + E_i)` otherwise."""

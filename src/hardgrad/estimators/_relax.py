@@ -55,10 +55,11 @@ from .._core.checkpoint import SettingsInState
 from .._core.kernels import eager_plain
 from .._core.validation import check_normal, check_positive, check_real
 from ..ops._autograd import apply_function, has_tangent
-from ._base import ESTIMATORS, uniform
-from ._gumbel_rao import conditional_gumbel
+from ._base import ESTIMATORS, ScoreFunctionEstimator
+from ._gumbel_rao_draws import conditional_gumbel
+from ._noise import uniform
 from ._problem import Problem
-from ._score import ScoreFunctionEstimator, attach_parameter_gradient, first_order_only
+from ._score import attach_parameter_gradient, first_order_only
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
