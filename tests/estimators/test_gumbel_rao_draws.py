@@ -1,4 +1,4 @@
-"""Gumbel-Rao's draws in blocks (hardgrad.estimators._gumbel_rao): on CPU in eager mode
+"""Gumbel-Rao's draws in blocks (hardgrad.estimators._gumbel_rao_draws): on CPU in eager mode
 hg.categorical and hg.bernoulli never hold the k conditional draws, yet give the numbers
 of the explicit noise (est.noise / est.bernoulli_noise) bit for bit, leave the generator
 where the explicit draw leaves it, and save memory that does not grow with k."""
@@ -12,8 +12,8 @@ import torch
 
 import hardgrad as hg
 from hardgrad.bench._timing import saved_bytes_per_element
-from hardgrad.estimators import GumbelRao, _gumbel_rao
-from hardgrad.estimators._gumbel_rao import blocks, categorical_slopes, conditional_gumbel
+from hardgrad.estimators import GumbelRao, _gumbel_rao_draws
+from hardgrad.estimators._gumbel_rao_draws import blocks, categorical_slopes, conditional_gumbel
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 #: Block sizes: everything at once; whole draws; rows of one draw; one row of one draw.
@@ -36,7 +36,7 @@ def test_categorical_equals_the_explicit_noise_bit_for_bit(dtype, dim, chunk, mo
     """hg.categorical (generator state saved, skipped, replayed in blocks by the backward)
     against est.categorical on est.noise: the same sample, the same gradient bit for bit,
     and the generator left in the same state, for every block size and dim."""
-    monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
+    monkeypatch.setattr(_gumbel_rao_draws, "GUMBEL_RAO_CHUNK", chunk)
     source = gen(1)
     logits = (torch.randn(5, 6, 7, generator=source, dtype=torch.float64) * 2).to(dtype)
     upstream = torch.randn(5, 6, 7, generator=source, dtype=torch.float64).to(dtype)
@@ -57,7 +57,7 @@ def test_categorical_equals_the_explicit_noise_bit_for_bit(dtype, dim, chunk, mo
 def test_bernoulli_equals_the_explicit_noise_bit_for_bit(dtype, chunk, monkeypatch):
     """hg.bernoulli (draws taken block by block in the forward, only the slope kept)
     against est.bernoulli on est.bernoulli_noise: same sample, gradient and generator."""
-    monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
+    monkeypatch.setattr(_gumbel_rao_draws, "GUMBEL_RAO_CHUNK", chunk)
     source = gen(2)
     logits = (torch.randn(6, 7, generator=source, dtype=torch.float64) * 2).to(dtype)
     upstream = torch.randn(6, 7, generator=source, dtype=torch.float64).to(dtype)
@@ -139,7 +139,7 @@ def test_blocks_cover_every_draw_once_in_stream_order(lay, chunk, monkeypatch):
     """The blocks tile the (k, A) grid of draws and rows exactly once, in the order
     torch.rand fills (k, A, C, B) (so drawing them one after another is one draw of the
     whole), each at most the chunk or a single row of a single draw."""
-    monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
+    monkeypatch.setattr(_gumbel_rao_draws, "GUMBEL_RAO_CHUNK", chunk)
     k, outer, classes, inner = lay
     row = classes * inner
     seen: list[tuple[int, int]] = []

@@ -12,9 +12,9 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 import hardgrad as hg
-from hardgrad.estimators import _base
+from hardgrad.estimators import _base, _noise
 
-from .conftest import assert_same
+from ..conftest import assert_same
 
 ESTIMATORS: list[Any] = [
     "st",
@@ -100,7 +100,7 @@ def test_an_unmarked_override_still_gets_pairs() -> None:
 def test_noise_pairs_passed_by_hand_still_work() -> None:
     """``Estimator.bernoulli`` with a pair whose first class is not 0 (two Gumbels)."""
     logits = torch.randn(8, 3, generator=torch.Generator().manual_seed(4))
-    gumbels = _base.gumbel_noise(torch.empty(8, 3, 2), torch.Generator().manual_seed(5))
+    gumbels = _noise.gumbel_noise(torch.empty(8, 3, 2), torch.Generator().manual_seed(5))
     sample = hg.estimators.ST().bernoulli(logits, gumbels)
     expected = (logits + gumbels[..., 1] > gumbels[..., 0]).to(logits.dtype)
     assert_same(sample, expected)

@@ -37,7 +37,7 @@ EULER_GAMMA = 0.5772156649015329
 
 #: The pathwise names API.md section 2 asks for, in registration order.
 API_NAMES = ("st", "st_identity", "gumbel_softmax", "st_gumbel", "gumbel_rao", "reinmax", "gst")
-#: The score-function family and exact enumeration (API.md section 3); tests/test_expectation.py.
+#: The score-function family and exact enumeration (API.md section 3); tests/stochastic/test_expectation.py.
 SCORE_NAMES = ("reinforce", "rloo", "arm", "disarm", "exact", "rebar", "relax")
 PATHWISE = [name for name, cls in ESTIMATORS.items() if cls.pathwise]
 
@@ -962,14 +962,14 @@ def test_binary_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch):
     """The Bernoulli Gumbel-Rao backward sums its k conditional draws in chunks of
     GUMBEL_RAO_CHUNK elements (to keep its temporaries small); any chunk size gives the
     one-pass gradient up to the order of the float64 sums."""
-    from hardgrad.estimators import _gumbel_rao
+    from hardgrad.estimators import _gumbel_rao_draws
 
     logits = torch.randn(6, 7, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     upstream = torch.randn(6, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     est = GumbelRao(tau=0.7, k=9)
     grads = []
     for chunk in (10**9, 42, 1):  # one pass; one row (42 elements) per chunk; the same
-        monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
+        monkeypatch.setattr(_gumbel_rao_draws, "GUMBEL_RAO_CHUNK", chunk)
         leaf = logits.clone().requires_grad_()
         y = hg.bernoulli(leaf, estimator=est, generator=torch.Generator().manual_seed(5))
         (grad,) = torch.autograd.grad(y, leaf, upstream)
@@ -985,7 +985,7 @@ def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, 
     draws into chunks of at most GUMBEL_RAO_CHUNK elements: every chunking (all at once;
     a few rows with every draw; one row, a few draws; one row, one draw) gives the one-pass
     gradient up to the order of the float64 sums, along any dim."""
-    from hardgrad.estimators import _gumbel_rao
+    from hardgrad.estimators import _gumbel_rao_draws
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(5, 6, 7, generator=g, dtype=torch.float64)
@@ -994,7 +994,7 @@ def test_categorical_gumbel_rao_backward_in_chunks_equals_one_pass(monkeypatch, 
     classes = logits.shape[dim]
     grads = []
     for chunk in (10**9, 3 * 9 * classes, 4 * classes, 1):
-        monkeypatch.setattr(_gumbel_rao, "GUMBEL_RAO_CHUNK", chunk)
+        monkeypatch.setattr(_gumbel_rao_draws, "GUMBEL_RAO_CHUNK", chunk)
         leaf = logits.clone().requires_grad_()
         y = hg.categorical(leaf, dim=dim, estimator=est, generator=torch.Generator().manual_seed(5))
         (grad,) = torch.autograd.grad(y, leaf, upstream)
@@ -1009,7 +1009,7 @@ def test_uniform_noise_is_torch_rand_number_for_number(dtype) -> None:
     """The eager noise (rand_like into a contiguous tensor) is what torch.rand(shape,
     generator=...) draws, also for a transposed input, in the noise dtype (float32 for
     half types), clamped to [tiny, 1 - eps]."""
-    from hardgrad.estimators._base import noise_dtype, uniform
+    from hardgrad.estimators._noise import noise_dtype, uniform
 
     for like in (torch.zeros(7, 5, dtype=dtype), torch.zeros(5, 7, dtype=dtype).T):
         got = uniform(like, torch.Generator().manual_seed(11))

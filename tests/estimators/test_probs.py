@@ -181,7 +181,7 @@ def test_softmax_outputs_pass_the_simplex_check(dtype):
     for classes in (2, 10, 1000, 30000):
         logits = torch.randn(3, classes, generator=_seed(classes)) * 3
         hg.categorical(probs=torch.softmax(logits.to(dtype), -1), generator=_seed(0))
-    assert hg.stochastic._simplex_tolerance(torch.float32) == 1e-6
+    assert hg.stochastic._checks._simplex_tolerance(torch.float32) == 1e-6
 
 
 def test_empty_and_zero_dim_probs():
