@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
         vq,
     )
     from ._core.validation import set_validation, validation_enabled
-    from ._expectation import expectation
     from .gates import hard_concrete
     from .ops import (
         binarize,
@@ -57,6 +56,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from .solvers import blackbox, identity_solver, imle, perturbed
     from .sorting import rank, soft_rank, soft_sort, sort
     from .stochastic import bernoulli, categorical, noisy_rectifier, stochastic_times_smooth
+    from .stochastic._expectation import expectation
     from .subsets import subset
     from .vq import vector_quantize
 
@@ -81,7 +81,7 @@ _SUBMODULES = frozenset(
 
 #: The module each top-level function comes from (relative to this package).
 _FROM = {
-    "expectation": "._expectation",
+    "expectation": ".stochastic._expectation",
     "set_validation": "._core.validation",
     "validation_enabled": "._core.validation",
     "hard_concrete": ".gates",

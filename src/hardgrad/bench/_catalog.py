@@ -62,7 +62,7 @@ FAMILIES: tuple[Family, ...] = (
         (
             "hardgrad.stochastic",
             "hardgrad.estimators",
-            "hardgrad._expectation",
+            "hardgrad.stochastic._expectation",
             "hardgrad.nn._stochastic",
             "hardgrad.nn._anneal",
         ),
@@ -75,12 +75,12 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "Mixture-of-experts routing",
         ("guides/moe", "api/routing"),
-        ("hardgrad.routing", "hardgrad._routing", "hardgrad.nn._moe"),
+        ("hardgrad.routing", "hardgrad.nn._moe"),
     ),
     Family(
         "Sorting and ranking: exact with soft backwards, soft sort and rank",
         ("guides/sorting", "api/sorting"),
-        ("hardgrad.sorting", "hardgrad._isotonic"),
+        ("hardgrad.sorting",),
     ),
     Family(
         "Combinatorial solvers as layers: perturbed, I-MLE, blackbox, identity",

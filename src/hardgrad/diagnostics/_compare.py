@@ -31,7 +31,7 @@ from torch import Tensor
 from ..estimators import Estimator, resolve
 from ..estimators._problem import Objective
 from ..routing import SparseMixer, TopK
-from ..stochastic import _one_of
+from ..stochastic._checks import _one_of
 from ._gradients import exact_gradient, gradient_samples
 from ._routing import compare_routing
 

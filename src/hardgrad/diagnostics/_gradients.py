@@ -13,11 +13,11 @@ import torch
 from torch import Tensor
 
 from .._core.validation import check_dim, check_int
-from .._expectation import expectation
 from ..estimators import Estimator
 from ..estimators._problem import Objective
 from ..routing import TopK
-from ..stochastic import _one_of
+from ..stochastic._checks import _one_of
+from ..stochastic._expectation import expectation
 from ._routing import routing_exact_gradient
 
 #: Elements (draws x logits) handed to one hg.expectation call at most.

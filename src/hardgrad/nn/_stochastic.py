@@ -17,6 +17,7 @@ from .. import stochastic
 from .._core.checkpoint import SettingsInState
 from .._core.compiler import compiler_disabled
 from .._core.validation import check_int, check_positive
+from ..stochastic._checks import _one_of
 from ._anneal import Anneal
 
 TemperatureLike = float | Callable[[int], float] | None
@@ -102,7 +103,7 @@ class _StochasticUnit(SettingsInState, nn.Module):
         return self._draw(logits, probs)
 
     def _sample(self, logits: Tensor | None, probs: Tensor | None) -> Tensor:
-        stochastic._one_of(logits, probs)  # before the step advances
+        _one_of(logits, probs)  # before the step advances
         if callable(self.tau) and torch.compiler.is_compiling():
             return self._draw_with_scheduled_tau(logits, probs)
         return self._draw(logits, probs)

@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from ... import estimators as _estimators
-from ..._expectation import expectation
 from ...diagnostics import gradient_samples
 from ...estimators import (
     RELAX,
@@ -23,6 +22,7 @@ from ...estimators import (
     Reinforce,
     ScoreFunctionEstimator,
 )
+from ...stochastic._expectation import expectation
 from .._task import BenchSettings, Progress, TaskResult, task
 from ._closed_form import _sigmoid, check_moment, closed_form
 from ._config import TOLERANCE, ToyConfig, default_config

@@ -8,20 +8,13 @@ import typing
 import torch
 from torch import Tensor
 
-from . import estimators as _estimators
-from ._core.validation import check_dim, check_int, value_checks_apply
-from .estimators._problem import Objective, Problem, check_values
-from .estimators._score import ScoreFunctionEstimator
-from .estimators._shift import raise_all_excluded
-from .stochastic import (
-    EstimatorLike,
-    _check_generator,
-    _one_of,
-    _resolve,
-    _sample_bernoulli,
-    _sample_categorical,
-    check_probs,
-)
+from .. import estimators as _estimators
+from .._core.validation import check_dim, check_int, value_checks_apply
+from ..estimators import ScoreFunctionEstimator
+from ..estimators._problem import Objective, Problem, check_values
+from ..estimators._shift import raise_all_excluded
+from ._checks import EstimatorLike, _check_generator, _one_of, _resolve, check_probs
+from ._samplers import _sample_bernoulli, _sample_categorical
 
 __all__ = ["expectation"]
 
