@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "solvers": 5,
     "subsets": 5,
     "gates": 5,
+    "policy": 5,
     "nn": 6,
     "diagnostics": 7,
     "testing": 8,
