@@ -134,7 +134,7 @@ def _forward_matches_reference(name: str, data: st.DataObject, assert_same: Any,
     y = call(spec, x, surrogate)
     if name == "quantize":
         # torch's own kernel gives +0.0 where the documented formula gives -0.0
-        # (tests/test_quantize.py checks the sign separately).
+        # (tests/ops/test_quantize.py checks the sign separately).
         assert_same(y, quantize_expected(spec, x), signed_zeros=False)
     else:
         assert_same(y, spec.reference(x))

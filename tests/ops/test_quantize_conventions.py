@@ -475,7 +475,7 @@ def test_quantize_module_small_path_is_the_general_one_bit_for_bit(
     gradients bit for bit: a negative raw scale (its sign in the gradient), the half-step
     bands, NaN, +-inf, -0.0; float32/half inputs (the factor +-g a tensor) and float64
     (the sign applied apart, the raw scale being float32)."""
-    from hardgrad.ops import _quantize
+    from hardgrad.ops import _quantize_routes
 
     scale = 0.25
     finite = torch.cat([_band_inputs(scale), torch.tensor([-0.0, 1e30, -1e30])])
@@ -501,7 +501,7 @@ def test_quantize_module_small_path_is_the_general_one_bit_for_bit(
     for row in (finite, with_nan):
         small = run(row)
         with monkeypatch.context() as patch:
-            patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", 0)  # the general Function
+            patch.setattr(_quantize_routes, "MASK_CONVERT_MIN_NUMEL", 0)  # the general Function
             general = run(row)
         for a, b in zip(small, general, strict=True):
             assert_same(a, b)
@@ -517,7 +517,7 @@ def test_a_backward_with_create_graph_is_linear_in_the_incoming_gradient(
     second derivative that treats the mask and the partials as constants (the surrogate
     Jacobian), the same bit for bit on the small path (partials made in forward) and the
     general one (partials remade in backward, once in place, which broke the recording)."""
-    from hardgrad.ops import _quantize
+    from hardgrad.ops import _quantize_routes
 
     x0 = torch.cat([_band_inputs(0.25), _band_inputs(0.25, 0.5)]).reshape(2, -1)
 
@@ -540,7 +540,7 @@ def test_a_backward_with_create_graph_is_linear_in_the_incoming_gradient(
     results = []
     for threshold in (MASK_CONVERT_MIN_NUMEL, 0):  # the small path, then the general one
         with monkeypatch.context() as patch:
-            patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", threshold)
+            patch.setattr(_quantize_routes, "MASK_CONVERT_MIN_NUMEL", threshold)
             plain, _ = run(False)
             first, second = run(True)
         for a, b in zip(first, plain, strict=True):
@@ -587,7 +587,7 @@ def test_learned_zero_point_small_path_is_the_general_one_bit_for_bit(
     backward computes them with ``torch.where``. Forced onto the second path, the small
     tensor gives the same output and gradients bit for bit: integral and non-integral
     zero points, the half-step bands (of the non-integral level too), NaN, +-inf, -0.0."""
-    from hardgrad.ops import _quantize
+    from hardgrad.ops import _quantize_routes
 
     scale, zp = 0.25, -1.3
     row = torch.cat(
@@ -619,7 +619,7 @@ def test_learned_zero_point_small_path_is_the_general_one_bit_for_bit(
 
     small = run()
     with monkeypatch.context() as patch:
-        patch.setattr(_quantize, "MASK_CONVERT_MIN_NUMEL", 0)  # the general path
+        patch.setattr(_quantize_routes, "MASK_CONVERT_MIN_NUMEL", 0)  # the general path
         general = run()
     assert len(small) == len(general)
     for a, b in zip(small, general, strict=True):
@@ -635,7 +635,8 @@ def test_affine_partials_by_arithmetic_equal_the_where_form(in_range, per_channe
     NaN, +-inf, -0.0 and values beyond any level, integral and non-integral zero points."""
     from types import SimpleNamespace
 
-    from hardgrad.ops import _quantize
+    from hardgrad._core.kernels import mask_condition
+    from hardgrad.ops import _quantize_functions, _quantize_grid
 
     gen = torch.Generator().manual_seed(7)
     scale, zp = 0.25, -1.3
@@ -657,13 +658,15 @@ def test_affine_partials_by_arithmetic_equal_the_where_form(in_range, per_channe
     inverse = torch.reciprocal(step)
     bounds = (Q_MIN, Q_MAX)
     unrounded = in_range == "unrounded"
-    keep, dy_ds, dy_dz, y = _quantize._affine_partials(
+    keep, dy_ds, dy_dz, y = _quantize_grid._affine_partials(
         x, inverse, step, zero_point, bounds, unrounded, with_value=True
     )
-    want_y, want_keep = _quantize._fake_quantize(x, step, inverse, zero_point, *bounds, unrounded)
-    assert torch.equal(keep.bool(), _quantize.mask_condition(want_keep))
+    want_y, want_keep = _quantize_grid._fake_quantize(
+        x, step, inverse, zero_point, *bounds, unrounded
+    )
+    assert torch.equal(keep.bool(), mask_condition(want_keep))
     ctx = SimpleNamespace(bounds=bounds, unrounded=unrounded)
-    want_ds, want_dz = _quantize._qparam_partials(ctx, want_keep, x, step, zero_point)
+    want_ds, want_dz = _quantize_functions._qparam_partials(ctx, want_keep, x, step, zero_point)
     y = y.to(dtype)
     for got, want in ((y, want_y), (dy_ds, want_ds), (dy_dz, want_dz)):
         assert got.dtype == want.dtype
@@ -684,7 +687,7 @@ def test_fixed_tensor_scale_route_is_the_general_function_bit_for_bit(
     elements, the masked or identity Function above), a single CPU step read once and
     used as a number scale is. Forced onto :class:`_FakeQuantize`, the same output and
     input gradient bit for bit: the half-step bands, NaN, +-inf, -0.0, huge values."""
-    from hardgrad.ops import _quantize
+    from hardgrad.ops import _quantize_routes
 
     scale = 0.25
     row = torch.cat(
@@ -720,14 +723,14 @@ def test_fixed_tensor_scale_route_is_the_general_function_bit_for_bit(
         (False, "identity"): "IdentityGradientBackward",
     }[native, surrogate]
     assert type(lean[0].grad_fn).__name__ == expected_node
-    route = _quantize._eager_route
+    route = _quantize_routes._eager_route
 
     def general_only(*args):
         found = route(*args)
-        return None if found is _quantize._FIXED_SCALE else found
+        return None if found is _quantize_routes._FIXED_SCALE else found
 
     with monkeypatch.context() as patch:
-        patch.setattr(_quantize, "_eager_route", general_only)
+        patch.setattr(_quantize_routes, "_eager_route", general_only)
         general = run()
     assert type(general[0].grad_fn).__name__ == "_FakeQuantizeBackward"
     for a, b in zip(lean, general, strict=True):
