@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 TASK_MODULES: dict[str, str] = {
     "toy": "toy._run",
     "poly": "poly._run",
-    "vae-categorical": "vae_categorical",
-    "vae-bernoulli": "vae_bernoulli",
+    "vae-categorical": "vae_categorical._run",
+    "vae-bernoulli": "vae_bernoulli._run",
     "qat": "qat",
     "speed": "speed._run",
     "vq": "vq",

@@ -1,177 +1,27 @@
-r"""What the two VAE benchmarks share: the model, the ELBO, training and gradient diagnostics.
-
-The model (:class:`VAE`) has discrete latents :math:`b` (``latents`` Bernoulli bits, or
-``latents`` categorical variables of ``categories`` classes, one-hot), an MLP encoder that
-gives the logits of :math:`q(b \mid x)` and an MLP decoder that gives the logits of a
-Bernoulli likelihood :math:`p(x \mid b)` over the pixels (binary cross-entropy, which takes
-binarised or [0, 1] targets). The prior is uniform. The training loss per example is
-
-.. math:: -\mathrm{ELBO}(x) = E_{q(b \mid x)}[-\log p(x \mid b)] + \mathrm{KL}(q(b \mid x)\,\|\,p(b)),
-
-the KL in closed form (:func:`kl_bernoulli`, :func:`kl_categorical`) and the
-reconstruction expectation through :func:`hardgrad.expectation` with the estimator under
-test: its gradient for the encoder's logits is the estimator, the decoder gets the
-ordinary pathwise gradient of the samples' values.
-
-Every estimator gets the same number of evaluations of :math:`f` (the decoder) per example
-and step where it can (``evaluations``, :func:`samples_for`); REBAR and RELAX evaluate
-:math:`f` three times per draw, so with a budget of 2 they get one draw (3 evaluations),
-and the tables say so.
-
-Under ``torchrun`` the model is wrapped in ``DistributedDataParallel``
-(:func:`hardgrad.bench._distributed.wrap`), every rank trains on its own shard of the
-training images with its own sampling seed, and the estimators' own parameters (REBAR,
-RELAX) are averaged across ranks by the estimators themselves. Evaluations and diagnostics
-use seeds that do not depend on the rank, so every rank computes the same numbers.
-"""
+"""How the two VAE benchmarks train and diagnose: the estimators and their sample budgets,
+the training loop, and the gradient diagnostics along it."""
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import estimators as _estimators
-from .._expectation import expectation
-from ..diagnostics import exact_gradient, gradient_samples
-from ..diagnostics._compare import summarize
-from ..estimators import Estimator, ScoreFunctionEstimator
-from . import _distributed
-from ._pyplot import pyplot
-from ._task import BenchSettings
-from .data import Dataset
-
-Objective = Callable[[Tensor], Tensor]
-
-
-# --------------------------------------------------------------------------- the model
-
-
-def _mlp(sizes: Sequence[int]) -> torch.nn.Sequential:
-    layers: list[torch.nn.Module] = []
-    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(torch.nn.LeakyReLU(0.1))
-    return torch.nn.Sequential(*layers)
-
-
-def kl_bernoulli(logits: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(\mathrm{Bern}(\sigma(\ell)) \,\|\, \mathrm{Bern}(1/2))`, summed over
-    the last dimension: :math:`\sum_i q_i \log q_i + (1-q_i)\log(1-q_i) + \log 2`."""
-    q = torch.sigmoid(logits)
-    logsig = torch.nn.functional.logsigmoid
-    per_bit = q * logsig(logits) + (1 - q) * logsig(-logits) + math.log(2.0)
-    return per_bit.sum(-1)
-
-
-def kl_categorical(logits: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(\mathrm{Cat}(\mathrm{softmax}(\ell)) \,\|\, \mathrm{Uniform}(C))`
-    summed over the variables: logits ``(..., L, C)`` -> ``(...)``."""
-    log_q = torch.log_softmax(logits, -1)
-    per_var = (log_q.exp() * (log_q + math.log(logits.shape[-1]))).sum(-1)
-    return per_var.sum(-1)
-
-
-class VAE(torch.nn.Module):
-    """A discrete VAE: ``features`` pixels, ``latents`` variables of ``categories`` classes
-    (``None``: Bernoulli bits), MLP encoder ``features-enc_hidden-latent logits`` and
-    decoder ``latent inputs-dec_hidden-features``.
-
-    ``forward(x, estimator, num_samples, generator)`` is the per-example -ELBO ``(batch,)``.
-    """
-
-    def __init__(
-        self,
-        features: int,
-        latents: int,
-        categories: int | None,
-        enc_hidden: Sequence[int],
-        dec_hidden: Sequence[int],
-    ) -> None:
-        super().__init__()
-        self.features, self.latents, self.categories = features, latents, categories
-        width = latents * (categories or 1)
-        self.encoder = _mlp([features, *enc_hidden, width])
-        self.decoder = _mlp([width, *dec_hidden, features])
-
-    @property
-    def dist(self) -> str:
-        return "bernoulli" if self.categories is None else "categorical"
-
-    def encode(self, x: Tensor) -> Tensor:
-        """The logits of q(b | x): ``(B, L)`` or ``(B, L, C)``."""
-        logits: Tensor = self.encoder(x)
-        if self.categories is not None:
-            logits = logits.unflatten(-1, (self.latents, self.categories))
-        return logits
-
-    def reconstruction(self, x: Tensor) -> Objective:
-        """``f(b) = -log p(x | b)`` per example: samples ``(n, B, L[, C])`` -> ``(n, B)``."""
-
-        def f(b: Tensor) -> Tensor:
-            inputs = b.flatten(-2) if self.categories is not None else b
-            out: Tensor = self.decoder(inputs)
-            target = x.expand_as(out)
-            bce = torch.nn.functional.binary_cross_entropy_with_logits(
-                out, target, reduction="none"
-            )
-            return bce.sum(-1)
-
-        return f
-
-    def kl(self, logits: Tensor) -> Tensor:
-        return kl_bernoulli(logits) if self.categories is None else kl_categorical(logits)
-
-    def forward(
-        self,
-        x: Tensor,
-        estimator: Estimator,
-        num_samples: int,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
-        logits = self.encode(x)
-        recon = expectation(
-            self.reconstruction(x),
-            logits,
-            dist=self.dist,
-            estimator=estimator,
-            num_samples=num_samples,
-            generator=generator,
-        )
-        return recon + self.kl(logits)
-
-
-@torch.no_grad()
-def negative_elbo(
-    model: VAE, x: Tensor, num_samples: int, generator: torch.Generator, chunk: int = 512
-) -> Tensor:
-    """The per-example -ELBO with the reconstruction term averaged over ``num_samples``
-    independent draws of q (an unbiased Monte-Carlo estimate), ``(N,)``."""
-    out = []
-    for start in range(0, x.shape[0], chunk):
-        xs = x[start : start + chunk]
-        logits = model.encode(xs)
-        recon = expectation(
-            model.reconstruction(xs),
-            logits,
-            dist=model.dist,
-            estimator="reinforce",
-            num_samples=num_samples,
-            generator=generator,
-        )
-        out.append(recon + model.kl(logits))
-    return torch.cat(out)
-
+from ... import estimators as _estimators
+from ...diagnostics import exact_gradient, gradient_samples
+from ...diagnostics._compare import summarize
+from ...estimators import Estimator, ScoreFunctionEstimator
+from .. import _distributed
+from .._task import BenchSettings
+from ..data import Dataset
+from ._model import VAE, negative_elbo
 
 # --------------------------------------------------------------------------- estimators
 
@@ -522,86 +372,3 @@ class few_threads:  # noqa: N801 - used like a function
 
     def __exit__(self, *exc: object) -> None:
         torch.set_num_threads(self.saved)
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def plot_curves(
-    panels: dict[str, dict[str, dict[str, Any]]], out: Path, filename: str, title: str
-) -> str | None:
-    """Test -ELBO along training, one panel per configuration, one line per estimator."""
-    plt = pyplot()
-    if plt is None:
-        return None
-    out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    for ax, (label, runs) in zip(axes[0], panels.items(), strict=True):
-        for i, (name, run) in enumerate(runs.items()):
-            curve = run["curve"]
-            style = "-" if run["unbiased"] else "--"
-            ax.plot(curve["steps"], curve["test"], style, color=cmap(i % 20), label=name)
-        finals = [r["test_neg_elbo"] for r in runs.values() if math.isfinite(r["test_neg_elbo"])]
-        if finals:
-            lo, hi = min(finals), max(finals)
-            ax.set_ylim(lo - 0.1 * (hi - lo + 1), hi + 0.6 * (hi - lo + 1))
-        ax.set_title(label)
-        ax.set_xlabel("Adam step")
-        ax.set_ylabel("test -ELBO (nats)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(title + " (dashed: biased estimators)")
-    fig.tight_layout()
-    fig.savefig(out / filename, dpi=110)
-    plt.close(fig)
-    return filename
-
-
-def plot_checkpoints(
-    panels: dict[str, dict[str, dict[str, Any]]],
-    keys: Sequence[tuple[str, str, bool]],
-    out: Path,
-    filename: str,
-    title: str,
-) -> str | None:
-    """Diagnostics along training: one row per configuration, one column per ``(key,
-    label, log scale)``, one line per estimator."""
-    plt = pyplot()
-    if plt is None:
-        return None
-    out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(
-        len(panels), len(keys), figsize=(6.0 * len(keys), 4.2 * len(panels)), squeeze=False
-    )
-    cmap = plt.get_cmap("tab20")
-    for row, (label, runs) in zip(axes, panels.items(), strict=True):
-        for ax, (key, ylabel, log) in zip(row, keys, strict=True):
-            for i, (name, run) in enumerate(runs.items()):
-                points = [
-                    (d["step"], d[key])
-                    for d in run["diagnostics"]
-                    if d[key] is not None and (not log or d[key] > 0)
-                ]
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    style = "-o" if run["unbiased"] else "--o"
-                    ax.plot(xs, ys, style, color=cmap(i % 20), label=name, markersize=3)
-            if log:
-                ax.set_yscale("log")
-            ax.set_xlabel("Adam step")
-            ax.set_ylabel(ylabel)
-            ax.set_title(label)
-            ax.grid(alpha=0.3)
-        row[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(title + " (each estimator along its own training; dashed: biased)")
-    fig.tight_layout()
-    fig.savefig(out / filename, dpi=110)
-    plt.close(fig)
-    return filename
-
-
-def fmt(x: float | None, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:.{digits}g}"
