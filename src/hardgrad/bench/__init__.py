@@ -33,13 +33,13 @@ TASK_MODULES: dict[str, str] = {
     "vae-bernoulli": "vae_bernoulli._run",
     "qat": "qat._run",
     "speed": "speed._run",
-    "vq": "vq",
+    "vq": "vq._run",
     "models": "models._run",
     "moe": "moe._run",
-    "shortest-path": "shortest_path",
-    "l0": "l0",
-    "ranking": "ranking",
-    "snn": "snn",
+    "shortest-path": "shortest_path._run",
+    "l0": "l0._run",
+    "ranking": "ranking._run",
+    "snn": "snn._run",
 }
 
 #: The attributes imported on first use: each task's package and the public plumbing.
