@@ -201,7 +201,7 @@ def _summarise(
     default_config,
 )
 def run(settings: BenchSettings, config: PolyConfig | None, progress: Progress) -> TaskResult:
-    """Run the polynomial-programming benchmark; see the module docstring."""
+    """Run the polynomial-programming benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
     if config.steps < 1 or config.seeds < 1 or config.batch < 1 or config.record_every < 1:
         raise ValueError(

@@ -76,7 +76,7 @@ def variants(config: QatConfig) -> list[Variant]:
 def build_model(
     variant: Variant, features: int, hidden: tuple[int, ...], classes: int
 ) -> nn.Sequential:
-    """The MLP of ``variant`` (see the module docstring)."""
+    """The MLP of ``variant`` (see the package docstring)."""
     widths = [features, *hidden]
     layers: list[nn.Module] = []
     if variant.kind in ("binary", "ternary"):

@@ -293,7 +293,7 @@ def _run_op(
     default_config,
 )
 def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress) -> TaskResult:
-    """Run the speed benchmark; see the module docstring."""
+    """Run the speed benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
     names, compiled_names = _resolve_ops(config)
     sampler_rows, compiled_samplers = resolve_rows(

@@ -92,7 +92,7 @@ def closed_form(
     est: Estimator, t: float, phi: float, num_samples: int, baseline: float | None = None
 ) -> ClosedForm:
     """The closed-form mean and variance of ``est``'s logits gradient on the toy (see the
-    module docstring for the derivations); ``baseline`` is ``reinforce(ema)``'s current
+    package docstring for the derivations); ``baseline`` is ``reinforce(ema)``'s current
     moving average."""
     p = _sigmoid(phi)
     exact = p * (1 - p) * (1 - 2 * t)

@@ -280,7 +280,7 @@ def _curve(name: str, config: ToyConfig, settings: BenchSettings) -> dict[str, A
     default_config,
 )
 def run(settings: BenchSettings, config: ToyConfig | None, progress: Progress) -> TaskResult:
-    """Run the toy benchmark; see the module docstring."""
+    """Run the toy benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
     if config.replicas < 2 or config.chunk < 1:
         raise ValueError(

@@ -36,7 +36,7 @@ from ._report import _variance_notes
 def run(
     settings: BenchSettings, config: BernoulliVAEConfig | None, progress: Progress
 ) -> TaskResult:
-    """Run the Bernoulli VAE benchmark; see the module docstring."""
+    """Run the Bernoulli VAE benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
     if config.steps < 1 or config.batch < 1 or config.num_draws < 2:
         raise ValueError(

@@ -34,7 +34,7 @@ from ._report import _notes
 def run(
     settings: BenchSettings, config: CategoricalVAEConfig | None, progress: Progress
 ) -> TaskResult:
-    """Run the categorical VAE benchmark; see the module docstring."""
+    """Run the categorical VAE benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
     if config.steps < 1 or config.batch < 1 or config.num_draws < 2:
         raise ValueError(

@@ -17,7 +17,7 @@ from ._config import VARIANTS, VQConfig
 
 
 class VQVAE(nn.Module):
-    """The MLP autoencoder with the bottleneck ``variant`` (see the module docstring)."""
+    """The MLP autoencoder with the bottleneck ``variant`` (see the package docstring)."""
 
     def __init__(self, variant: str, features: int, config: VQConfig) -> None:
         super().__init__()
