@@ -1,7 +1,7 @@
 """The torch function mode behind :func:`hardgrad.diagnostics.audit`: every torch call
 made while the block runs passes here once, unchanged; the few that can lose a gradient go
-to the :class:`~._audit_recorder.Recorder`, and while values that left the graph are alive
-their taint is carried to what each call returns (:mod:`._audit_terms`)."""
+to the :class:`~._recorder.Recorder`, and while values that left the graph are alive
+their taint is carried to what each call returns (:mod:`._terms`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import _audit_frames as frames
-from . import _audit_ops as ops
-from ._audit_graph import end_of, leaves_below
-from ._audit_ops import Family
-from ._audit_recorder import Recorder
+from . import _frames as frames
+from . import _ops as ops
+from ._graph import end_of, leaves_below
+from ._ops import Family
+from ._recorder import Recorder
 
 
 class AuditMode(TorchFunctionMode):

@@ -1,4 +1,4 @@
-"""``audit()`` on a corpus of small, realistic models (``tests/audit_corpus``).
+"""``audit()`` on a corpus of small, realistic models (``tests/diagnostics/audit_corpus``).
 
 Each model reproduces a pattern of widely used public code (written here from the
 pattern's description): hand-written surrogate spikes, BinaryNet's ``.data`` swap,

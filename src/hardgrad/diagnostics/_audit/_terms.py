@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from ._audit_graph import Reach, _children, _variable
-from ._audit_ops import Family, is_zero_node
+from ._graph import Reach, _children, _variable
+from ._ops import Family, is_zero_node
 
 Label = tuple[Any, ...]  # the key of a pending occurrence: (site key, frozenset of leaf ids)
 #: Top-level operations a loss is split at (``a + b``, ``a - b``, ``-a``; ``c * a`` and

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ._audit_ops import is_zero_node
+from ._ops import is_zero_node
 
 
 def end_of(tensor: torch.Tensor) -> Any:

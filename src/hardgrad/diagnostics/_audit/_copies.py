@@ -6,7 +6,7 @@ A parameter read outside a module's forward (``w.detach().cpu().numpy()``, ``w.t
 is then made from outside torch (``torch.tensor(result)``, ``torch.from_numpy``...) and a
 ``backward()`` of a tensor computed from it fails ("does not require grad"), that round
 trip is the cause: a solver called without its wrapper. The reads are remembered until the
-next backward, the copies made meanwhile are tainted (:mod:`._audit_terms`), and a failed
+next backward, the copies made meanwhile are tainted (:mod:`._terms`), and a failed
 backward whose loss carries such a taint names the copy, with the read it came from.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ._audit_ops import Family
+from ._ops import Family
 
 #: At most this many reads are remembered between two backwards.
 MAX_READS = 64

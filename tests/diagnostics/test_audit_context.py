@@ -1,8 +1,8 @@
 """``audit()`` in context: what is never a problem, what is found that used to be missed,
 suppression, names and paths, and the command line's ``--all``/``--ignore``.
 
-The models here are minimal on purpose; the realistic ones are in ``tests/audit_corpus``
-(``test_audit_corpus.py``).
+The models here are minimal on purpose; the realistic ones are in
+``tests/diagnostics/audit_corpus`` (``test_audit_corpus.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch.distributions import Bernoulli, Categorical
 import hardgrad as hg
 from hardgrad.bench.cli import main
 from hardgrad.diagnostics import AuditReport, Finding, audit
-from hardgrad.diagnostics._audit_ops import display
+from hardgrad.diagnostics._audit._ops import display
 
 THIS_FILE = Path(__file__).resolve()
 
@@ -374,7 +374,7 @@ def two_problems(**kwargs: Any) -> AuditReport:
         ("graph_cut", {"round", "sign"}),
         (f"{THIS_FILE.name}:{line_of(TwoProblems.forward, 'sign')}", {"round"}),
         (f"{THIS_FILE}:{line_of(TwoProblems.forward, 'round')}", {"sign"}),
-        (f"tests/{THIS_FILE.name}", set()),
+        (f"tests/diagnostics/{THIS_FILE.name}", set()),
         ("other_file.py", {"round", "sign"}),
     ],
 )
@@ -483,7 +483,7 @@ def test_cli_ignore_and_absolute_paths(project: Path, capsys: pytest.CaptureFixt
 def test_a_failure_inside_the_watcher_never_reaches_the_user(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from hardgrad.diagnostics import _audit_recorder
+    from hardgrad.diagnostics._audit import _recorder as _audit_recorder
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise ValueError("the watcher is broken")

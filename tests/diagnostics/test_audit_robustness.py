@@ -21,7 +21,7 @@ from torch import nn
 from hardgrad.bench.cli import main
 from hardgrad.diagnostics import AuditReport, audit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ops_of(report: AuditReport, severity: str = "problem") -> list[tuple[str, str]]:

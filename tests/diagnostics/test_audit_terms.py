@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import hardgrad as hg
-from hardgrad.diagnostics import _audit_graph, _audit_terms, audit
+from hardgrad.diagnostics import audit
+from hardgrad.diagnostics._audit import _graph as _audit_graph
+from hardgrad.diagnostics._audit import _terms as _audit_terms
 
 
 def _line(offset: int = 0) -> int:

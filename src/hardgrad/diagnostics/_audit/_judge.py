@@ -27,9 +27,11 @@ import linecache
 import re
 from collections.abc import Iterable
 
-from ._audit_ops import Family
-from ._audit_recorder import Leaf, Recorder, Site
-from ._audit_report import Finding, suppressed
+from ._leaves import Leaf
+from ._ops import Family
+from ._recorder import Recorder
+from ._report import Finding, suppressed
+from ._sites import Site
 
 #: Which causes to name when several cut the same tensor off: the first tier that has one.
 _FIRST_TIER = {
@@ -472,7 +474,7 @@ class Judge:
 
 def _quantizer_scales(recorder: Recorder, keys: list[int]) -> bool:
     """Whether any of the tensors (by id) is a learned scale of hardgrad's quantizers."""
-    from ..nn import Quantize
+    from ...nn import Quantize
 
     wanted = set(keys)
     for module in recorder.grad_modules.values():

@@ -17,11 +17,12 @@ from typing import Any
 import torch
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-HARDGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: hardgrad.diagnostics (this file is in its _audit package): its frames are plumbing.
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+HARDGRAD_DIR = os.path.dirname(os.path.dirname(_HERE)) + os.sep
 OPS_DIR = os.path.join(HARDGRAD_DIR, "ops") + os.sep
 DISTRIBUTIONS_DIR = os.path.join(TORCH_DIR, "distributions") + os.sep
 FUNCTION_FILE = os.path.join(TORCH_DIR, "autograd", "function.py")
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _LIBRARY_DIRS = tuple(
     {TORCH_DIR, HARDGRAD_DIR}
     | {
