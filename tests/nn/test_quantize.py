@@ -1,4 +1,6 @@
-"""hardgrad.nn: modules agree with the functions, Quantize's LSQ initialisation and state."""
+"""hardgrad.nn.Quantize: LSQ initialisation from the first batch (also averaged across
+ranks), state, compile; a learned scale driven to 0 or below, and first batches at the
+dtype's limits."""
 
 from __future__ import annotations
 
@@ -12,75 +14,6 @@ import torch.multiprocessing as mp
 
 import hardgrad as hg
 from _spawn import run_ranks
-
-
-def _grads(fn, x):
-    x = x.detach().clone().requires_grad_(True)
-    y = fn(x)
-    (g,) = torch.autograd.grad(y, x, torch.linspace(-1, 1, y.numel()).view_as(y))
-    return y.detach(), g
-
-
-@pytest.mark.parametrize(
-    ("module", "function"),
-    [
-        (hg.nn.Round(), hg.round),
-        (hg.nn.Sign(surrogate="tanh"), lambda x: hg.sign(x, surrogate="tanh")),
-        (hg.nn.Binarize(), hg.binarize),
-        (hg.nn.Heaviside(surrogate="atan"), lambda x: hg.heaviside(x, surrogate="atan")),
-        (hg.nn.Clamp(-0.5, 0.5), lambda x: hg.clamp(x, -0.5, 0.5)),
-        (
-            hg.nn.Clamp(max=0.0, surrogate="identity"),
-            lambda x: hg.clamp(x, max=0.0, surrogate="identity"),
-        ),
-        (hg.nn.OneHotArgmax(tau=0.3), lambda x: hg.one_hot_argmax(x, tau=0.3)),
-    ],
-)
-def test_module_matches_function(module, function):
-    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)) * 2
-    y_module, g_module = _grads(module, x)
-    y_function, g_function = _grads(function, x)
-    assert torch.equal(y_module, y_function)
-    assert torch.equal(g_module, g_function)
-
-
-def test_reprs():
-    assert repr(hg.nn.Round()) == "Round(surrogate=Identity())"
-    assert repr(hg.nn.Sign()) == "Sign(surrogate=Clipped(width=1.0))"
-    assert repr(hg.nn.Heaviside()) == "Heaviside(surrogate=Sigmoid(slope=1.0))"
-    assert (
-        repr(hg.nn.Clamp(0.0, 1.0))
-        == "Clamp(min=0.0, max=1.0, surrogate=Masked(min=-1.0, max=1.0))"
-    )
-    assert repr(hg.nn.OneHotArgmax()) == "OneHotArgmax(dim=-1, tau=1.0)"
-    assert (
-        repr(hg.nn.Quantize())
-        == "Quantize(bits=8, signed=True, per_channel_dim=None, learn_scale=True)"
-    )
-    assert "surrogate=Identity()" in repr(hg.nn.Quantize(surrogate="identity"))
-
-
-def test_module_bad_arguments():
-    with pytest.raises(ValueError, match="surrogate"):
-        hg.nn.Round(surrogate="sigmoid")
-    with pytest.raises(ValueError, match="min"):
-        hg.nn.Clamp()
-    with pytest.raises(ValueError, match="min"):
-        hg.nn.Clamp(1.0, 0.0)
-    with pytest.raises(ValueError, match="tau"):
-        hg.nn.OneHotArgmax(tau=0.0)
-    with pytest.raises(ValueError, match="bits"):
-        hg.nn.Quantize(bits=1)
-    with pytest.raises(ValueError, match="bits"):
-        hg.nn.Quantize(bits=17)
-    with pytest.raises(TypeError, match="bits"):
-        hg.nn.Quantize(bits=4.0)
-    with pytest.raises(TypeError, match="signed"):
-        hg.nn.Quantize(signed="yes")
-    with pytest.raises(ValueError, match="per_channel_dim"):
-        hg.nn.Quantize(per_channel_dim=3)(torch.randn(4, 4))
-    with pytest.raises(ValueError, match="finite"):
-        hg.nn.Quantize()(torch.tensor([1.0, math.inf]))
 
 
 @pytest.mark.parametrize(
@@ -211,97 +144,6 @@ def test_quantize_init_is_averaged_across_ranks():
     expected = torch.tensor([2 * 1.5 / math.sqrt(7)])  # one scale, stored as (1,)
     torch.testing.assert_close(scales[0], expected)
     torch.testing.assert_close(scales[1], expected)
-
-
-# --------------------------------------------------------------------------------------
-# Stochastic modules and temperature schedules.
-# --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("kind", "midpoint"),
-    [("exponential", math.sqrt(2.0 * 0.5)), ("linear", 1.25), ("cosine", 1.25)],
-)
-def test_anneal_schedules(kind, midpoint):
-    schedule = hg.nn.anneal(2.0, 0.5, 10, kind=kind)
-    assert schedule(0) == pytest.approx(2.0)
-    assert schedule(5) == pytest.approx(midpoint)
-    assert schedule(10) == pytest.approx(0.5)
-    assert schedule(10_000) == pytest.approx(0.5)  # constant after the last step
-    assert schedule(-3) == pytest.approx(2.0)
-
-
-@pytest.mark.parametrize("kind", ["exponential", "linear", "cosine"])
-@pytest.mark.parametrize(("start", "end"), [(1.0, 1e-300), (1e-300, 1.0), (1e-300, 1e300)])
-def test_anneal_keeps_far_apart_ends_exact_and_positive(kind, start, end):
-    """start + (end - start) * s rounded 1 -> 1e-300 to 0 (a zero temperature); the
-    weighted forms give both ends exactly and stay positive in between."""
-    schedule = hg.nn.anneal(start, end, 4, kind=kind)
-    assert schedule(0) == start and schedule(4) == end
-    assert all(0 < schedule(t) < math.inf for t in range(5))
-
-
-def test_anneal_bad_arguments():
-    with pytest.raises(ValueError, match="start"):
-        hg.nn.anneal(0.0, 1.0, 10)
-    with pytest.raises(ValueError, match="steps"):
-        hg.nn.anneal(1.0, 0.5, 0)
-    with pytest.raises(ValueError, match="kind"):
-        hg.nn.anneal(1.0, 0.5, 10, kind="step")
-
-
-def test_stochastic_modules_match_functions_with_the_same_seed():
-    logits = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
-    unit = hg.nn.Categorical(
-        estimator="st_gumbel", dim=0, generator=torch.Generator().manual_seed(7)
-    )
-    expected = hg.categorical(
-        logits, dim=0, estimator="st_gumbel", generator=torch.Generator().manual_seed(7)
-    )
-    assert torch.equal(unit(logits), expected)
-    unit = hg.nn.Bernoulli(
-        estimator=hg.estimators.ST(tau=0.5), generator=torch.Generator().manual_seed(3)
-    )
-    x = logits.clone().requires_grad_(True)
-    y = unit(x)
-    x2 = logits.clone().requires_grad_(True)
-    y2 = hg.bernoulli(
-        x2, estimator=hg.estimators.ST(tau=0.5), generator=torch.Generator().manual_seed(3)
-    )
-    assert torch.equal(y, y2)
-    assert torch.equal(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(y2.sum(), x2)[0])
-
-
-def test_temperature_schedule_follows_training_steps():
-    unit = hg.nn.Categorical(
-        estimator="gumbel_softmax", tau=hg.nn.anneal(1.0, 0.25, 2, kind="linear")
-    )
-    seen = []
-    for _ in range(4):
-        seen.append(unit.current_estimator().tau)
-        unit(torch.zeros(3))
-    assert seen == pytest.approx([1.0, 0.625, 0.25, 0.25])
-    unit.eval()
-    unit(torch.zeros(3))
-    assert unit.step == 4  # evaluation does not advance the schedule
-    unit.tau = lambda step: 0.1 * (step + 1)  # any callable of the step works
-    assert unit.current_estimator().tau == pytest.approx(0.5)
-    restored = hg.nn.Categorical(estimator="gumbel_softmax", tau=0.3)
-    restored.load_state_dict(unit.state_dict())
-    assert restored.step == 4
-
-
-def test_stochastic_module_reprs_and_errors():
-    assert repr(hg.nn.Bernoulli()) == "Bernoulli(estimator=ST(tau=1.0))"
-    assert repr(hg.nn.Categorical(tau=0.5)) == "Categorical(dim=-1, estimator=ST(tau=1.0), tau=0.5)"
-    with pytest.raises(ValueError, match="tau"):
-        hg.nn.Bernoulli(estimator="st_identity", tau=0.5)
-    with pytest.raises(ValueError, match="tau"):
-        hg.nn.Categorical(tau=-1.0)
-    with pytest.raises(ValueError, match="estimator"):
-        hg.nn.Bernoulli(estimator="no_such_estimator")
-    with pytest.raises(ValueError, match="tau"):
-        hg.nn.Bernoulli(tau=lambda step: 0.0)(torch.zeros(2))
 
 
 # --------------------------------------------------------------------------------------
