@@ -1,5 +1,18 @@
 """Gradient estimators for discrete random variables, one registry for all of them.
 
+Papers, one module per family: straight-through (Bengio et al. 2013,
+https://arxiv.org/abs/1308.3432), Gumbel-softmax and its straight-through form (Jang et al.
+2017, https://arxiv.org/abs/1611.01144; Maddison et al. 2017,
+https://arxiv.org/abs/1611.00712), Gumbel-Rao (Paulus et al. 2021,
+https://arxiv.org/abs/2010.04838), ReinMax (Liu et al. 2023,
+https://arxiv.org/abs/2304.08612), GST (https://arxiv.org/abs/2206.07235), REINFORCE
+(Williams 1992, https://doi.org/10.1007/BF00992696) and RLOO (Kool et al. 2019,
+https://openreview.net/forum?id=r1lgTGL5DE), ARM (Yin & Zhou 2019,
+https://arxiv.org/abs/1807.11143), DisARM (Dong et al. 2020,
+https://arxiv.org/abs/2006.10680), REBAR (Tucker et al. 2017,
+https://arxiv.org/abs/1703.07370), RELAX (Grathwohl et al. 2018,
+https://arxiv.org/abs/1711.00123).
+
 Each estimator is a class that carries its settings (``tau``, ``k``); a registry name
 stands for the default instance. Pathwise estimators (the sample's backward carries the
 estimate) are used by :func:`hardgrad.bernoulli` and :func:`hardgrad.categorical`, and by

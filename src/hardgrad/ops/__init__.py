@@ -1,5 +1,14 @@
 """Hard operations with a chosen backward (re-exported at the top level).
 
+Papers: the straight-through estimator, Bengio et al. (2013),
+https://arxiv.org/abs/1308.3432; its clipped form for binarized networks, Hubara et al.
+(2016), https://arxiv.org/abs/1602.02830; fake quantization, Jacob et al. (2018),
+https://arxiv.org/abs/1712.05877, with LSQ step sizes, Esser et al. (2020),
+https://arxiv.org/abs/1902.08153, and LSQ+ zero points, Bhalgat et al. (2020),
+https://arxiv.org/abs/2004.09576; ternary weights, Li, Zhang & Liu (2016),
+https://arxiv.org/abs/1605.04711; stochastic rounding, Gupta et al. (2015),
+https://arxiv.org/abs/1502.02551. Each op's docstring says which applies.
+
 Forward values are bit-identical to the hard operation; only the backward changes. Every
 op is listed in :data:`OPS`, the registry that drives the conformance tests, the CLI's
 ``list`` and the benchmarks.

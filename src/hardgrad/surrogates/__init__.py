@@ -1,5 +1,13 @@
 r"""Surrogate gradients: the smooth functions whose derivative a hard op's backward uses.
 
+Papers: the straight-through estimator, Bengio et al. (2013),
+https://arxiv.org/abs/1308.3432, and its clipped form, Hubara et al. (2016),
+https://arxiv.org/abs/1602.02830; surrogate gradients for spiking networks, Zenke & Ganguli
+(2018), https://doi.org/10.1162/neco_a_01086, and Zenke & Vogels (2021),
+https://doi.org/10.1162/neco_a_01367; ApproxSign, Liu et al. (2018),
+https://arxiv.org/abs/1808.00278; SwishSign, Darabi et al. (2018),
+https://arxiv.org/abs/1812.11800. Each class cites its own.
+
 A hard operation :math:`h` (a step, a sign, a staircase, a clamp) keeps its exact forward
 value; with a surrogate :math:`s` its backward multiplies the incoming gradient by
 :math:`s'(x)` instead of :math:`h'(x)` (which is zero or undefined):
