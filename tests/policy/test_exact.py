@@ -164,6 +164,7 @@ def test_sample_sequences_edge_cases():
     assert a.logprobs.requires_grad
 
 
+@pytest.mark.slow
 @pytest.mark.statistical
 def test_sampled_sequence_gradient_is_unbiased():
     """The mean of 400 seeded estimates with 64 samples each against the exact gradient,
