@@ -11,7 +11,6 @@ share it). Ids need not be sorted, contiguous or small. The advantage :math:`A_i
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import torch
@@ -405,12 +404,7 @@ def reinforce_advantages(rewards: Tensor, baseline: float | Tensor | EMABaseline
             )
         check_all_finite(baseline, "baseline")
         return rewards - baseline.to(rewards.dtype)
-    if isinstance(baseline, bool) or not isinstance(baseline, numbers.Real):
-        raise TypeError(
-            f"Expected `baseline` to be a number, a tensor or an EMABaseline, but found "
-            f"{type(baseline).__name__}"
-        )
-    value = check_real(baseline, "baseline")
+    value = check_real(baseline, "baseline")  # a TypeError naming `baseline` if not a number
     if not math.isfinite(value):
         raise ValueError(f"Expected a finite `baseline`, but found baseline={baseline!r}")
     return rewards - value
