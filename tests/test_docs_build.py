@@ -37,6 +37,8 @@ SKIPPED_UNDER = {
 
 def _ignore(directory: str, names: list[str]) -> set[str]:
     here = SKIPPED_UNDER.get(Path(directory).resolve(), set())
+    if Path(directory).resolve() == ROOT:  # other environments, e.g. .venv-torch-2.11.0
+        here = here | {name for name in names if name.startswith(".venv")}
     return (SKIPPED_ANYWHERE | here).intersection(names)
 
 
@@ -144,3 +146,27 @@ def _assert_math_renders_offline(out: Path) -> None:
     assert pages_with_math >= 10
     fonts = out / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
     assert any(fonts.glob("*.woff")), "MathJax's CHTML fonts are not in the build"
+
+
+def test_front_door_groups_the_sidebar_and_links_every_guide(built_site: Path) -> None:
+    """Issue 41: the landing page says how to install before anything else, then where to
+    start and which page to pick per task; the sidebar is grouped (Start, By task, Tools,
+    Reference) and reaches every guide and API page, the changelog and how to cite."""
+    html = (built_site / "index.html").read_text(encoding="utf-8")
+    headings = re.findall(r"<h2>(.*?)<a class=\"headerlink\"", html)
+    assert headings[:3] == ["Install", "Start here", "Pick your task"], headings
+    captions = re.findall(
+        r'<p class="caption[^"]*" role="heading"><span class="caption-text">'
+        r"([^<]+)</span>",
+        html,
+    )
+    assert captions == ["Start", "By task", "Tools", "Reference"], captions
+    guides_and_api = sorted(
+        f"{p.parent.name}/{p.stem}"
+        for folder in ("guides", "api")
+        for p in (ROOT / "docs" / folder).glob("*.md")
+    )
+    pages = [*guides_and_api, "changelog", "citing", "internals", "dev/architecture"]
+    missing = [page for page in pages if f'href="{page}.html"' not in html]
+    assert missing == [], f"not reachable from the sidebar: {missing}"
+    assert html.index("pip install") < html.index("Pick your task")

@@ -163,8 +163,8 @@ def kl_penalty(
                                                                      loss term (sample fixed)
     ========= ================================ ===================== ==========================
     ``"k1"``  :math:`\delta`                   KL(π‖ref): yes        0 (the score's mean)
-    ``"k2"``  :math:`\tfrac12 \delta^2`        no (biased, ≥ 0)      :math:`\nabla`KL(π‖ref)
-    ``"k3"``  :math:`\rho - 1 + \delta`        KL(π‖ref): yes, ≥ 0   :math:`\nabla`KL(ref‖π)
+    ``"k2"``  :math:`\tfrac12 \delta^2`        no (biased, ≥ 0)      ∇ KL(π‖ref)
+    ``"k3"``  :math:`\rho - 1 + \delta`        KL(π‖ref): yes, ≥ 0   ∇ KL(ref‖π)
     ========= ================================ ===================== ==========================
 
     The value columns hold per token for samples from :math:`\pi`. The gradient column is
