@@ -149,3 +149,97 @@ def test_eager_sample_and_penalty_are_the_formula_bit_for_bit(dtype):
     x = torch.randn(3, 40, 2, generator=gen(8), dtype=torch.float64).to(dtype)
     y = gate(x)
     assert torch.equal(y, (x.to(compute) * want.to(compute).view(40, 1)).to(dtype))
+
+
+# -- given noise (hg.hard_concrete(..., noise=u)) ------------------------------------------
+
+
+def reference_sample(log_alpha: torch.Tensor, u: torch.Tensor, beta, gamma, zeta):
+    """The reference code's quantile_concrete followed by hardtanh, in float64 (written
+    from the paper's eq. 10 and l0_layers.py, independently of hardgrad)."""
+    y = torch.sigmoid((torch.log(u) - torch.log(1 - u) + log_alpha) / beta)
+    return torch.nn.functional.hardtanh(y * (zeta - gamma) + gamma, min_val=0.0, max_val=1.0)
+
+
+def test_given_noise_matches_the_reference_values_and_gradients():
+    la = (2 * torch.randn(5, 7, generator=gen(20), dtype=torch.float64)).requires_grad_(True)
+    u = torch.rand(5, 7, generator=gen(21), dtype=torch.float64) * (1 - 2e-6) + 1e-6
+    z = hg.hard_concrete(la, beta=0.5, gamma=-0.2, zeta=1.3, noise=u)
+    ref_la = la.detach().clone().requires_grad_(True)
+    want = reference_sample(ref_la, u, 0.5, -0.2, 1.3)
+    torch.testing.assert_close(z, want, rtol=0, atol=1e-15)
+    w = torch.randn(5, 7, generator=gen(22), dtype=torch.float64)
+    (z * w).sum().backward()
+    (want * w).sum().backward()
+    torch.testing.assert_close(la.grad, ref_la.grad, rtol=1e-12, atol=1e-15)
+    assert (z == 0).sum() > 0 and (z == 1).sum() > 0  # both clipped ends reached
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_given_noise_reproduces_the_generator_draws(dtype):
+    """The generator's draws, given as noise, give the same sample bit for bit."""
+    la = (3 * torch.randn(3, 8, generator=gen(23))).to(dtype)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    info = torch.finfo(compute)
+    u = torch.rand(3, 8, generator=gen(24), dtype=compute).clamp(info.tiny, 1 - info.eps)
+    z = hg.hard_concrete(la, noise=u)
+    assert z.dtype == dtype
+    assert torch.equal(z, hg.hard_concrete(la, generator=gen(24)))
+
+
+def test_per_example_gates_broadcast_and_sum_their_gradients():
+    la = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64, requires_grad=True)
+    u = torch.rand(6, 4, generator=gen(25), dtype=torch.float64)
+    z = hg.hard_concrete(la, noise=u)
+    assert z.shape == (6, 4)
+    z.sum().backward()
+    rows = la.detach().clone().requires_grad_(True)
+    sum(reference_sample(rows, u[i], BETA, GAMMA, ZETA).sum() for i in range(6)).backward()
+    torch.testing.assert_close(la.grad, rows.grad)
+    # expand + generator gives a separate draw per row
+    z = hg.hard_concrete(la.detach().expand(6, 4), generator=gen(26))
+    assert z.shape == (6, 4) and len({tuple(r) for r in z.tolist()}) == 6
+
+
+def test_given_noise_empty_vmap_and_compile_with_changing_batch():
+    la = torch.randn(4, generator=gen(27))
+    assert hg.hard_concrete(la, noise=torch.rand(0, 4)).shape == (0, 4)
+    u = torch.rand(5, 4, generator=gen(28)) * 0.98 + 0.01
+    batched = torch.vmap(lambda v: hg.hard_concrete(la, noise=v))(u)
+    assert torch.equal(batched, hg.hard_concrete(la, noise=u))
+    grad = torch.func.grad(lambda q: hg.hard_concrete(q, noise=u[0]).sum())(la)
+    q = la.clone().requires_grad_(True)
+    hg.hard_concrete(q, noise=u[0]).sum().backward()
+    torch.testing.assert_close(grad, q.grad)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda q, v: hg.hard_concrete(q, noise=v), fullgraph=True, dynamic=True, backend="aot_eager"
+    )
+    for batch in (3, 5, 2):
+        v = torch.rand(batch, 4, generator=gen(batch)) * 0.98 + 0.01
+        assert torch.equal(compiled(la, v), hg.hard_concrete(la, noise=v))
+    torch._dynamo.reset()
+
+
+def test_given_noise_bad_input():
+    la = torch.zeros(4)
+    with pytest.raises(ValueError, match="at most one of `noise` and `generator`"):
+        hg.hard_concrete(la, noise=torch.full((4,), 0.5), generator=gen())
+    with pytest.raises(TypeError, match=r"`noise`.*floating-point"):
+        hg.hard_concrete(la, noise=torch.ones(4, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"`noise`.*torch.Tensor"):
+        hg.hard_concrete(la, noise=0.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"`noise` broadcastable.*\(4,\).*\(3,\)"):
+        hg.hard_concrete(la, noise=torch.full((3,), 0.5))
+    for bad in (0.0, 1.0, float("nan"), 1.5):
+        u = torch.full((2, 4), 0.5)
+        u[1, 2] = bad
+        with pytest.raises(ValueError, match=r"`noise` strictly inside \(0, 1\)"):
+            hg.hard_concrete(la, noise=u)
+    hg.set_validation(False)
+    try:  # unchecked: u = 0 and 1 give the clipped ends, never NaN
+        z = hg.hard_concrete(la.requires_grad_(True), noise=torch.tensor([0.0, 1.0, 0.5, 0.5]))
+        z.sum().backward()
+    finally:
+        hg.set_validation(True)
+    assert z.tolist() == [0.0, 1.0, 0.5, 0.5] and torch.isfinite(la.grad).all()

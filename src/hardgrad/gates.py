@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ._core.kernels import cast, eager_plain, opmath, remember
-from ._core.validation import check_floating, check_positive, check_real
+from ._core.validation import check_floating, check_positive, check_real, value_checks_apply
 from .estimators._noise import uniform
 
 __all__ = ["expected_l0", "hard_concrete", "hard_concrete_mean"]
@@ -51,6 +51,7 @@ def hard_concrete(
     gamma: float = GAMMA,
     zeta: float = ZETA,
     generator: torch.Generator | None = None,
+    noise: Tensor | None = None,
 ) -> Tensor:
     r"""A Hard Concrete sample (Louizos et al. 2018, https://arxiv.org/abs/1712.01312).
 
@@ -66,7 +67,18 @@ def hard_concrete(
     Backward: the reparameterisation (pathwise) gradient of this map in :math:`\log\alpha`,
     zero where the sample is clipped. Defaults :math:`\beta = 2/3`, :math:`\gamma = -0.1`,
     :math:`\zeta = 1.1` are the paper's. The noise comes from ``generator`` (float32 for
-    half types); the sample has ``log_alpha``'s dtype.
+    half types, clamped to ``[tiny, 1 - eps]`` of that dtype), or is given as ``noise``:
+    the uniforms :math:`u` themselves, a floating-point tensor whose shape broadcasts with
+    ``log_alpha``'s, values strictly inside (0, 1) (checked while
+    :func:`hardgrad.set_validation` is on), used as given (cast to the compute dtype, not
+    clamped), so that the draws of another code base (the reference code draws
+    ``uniform_(1e-6, 1 - 1e-6)``) are reproduced exactly. Give ``noise`` or ``generator``,
+    not both. The sample has ``log_alpha``'s dtype and the broadcast shape.
+
+    **Per-example gates.** One :math:`\log\alpha` per gate and a separate draw per example
+    (the reference code's ``local_rep=True``): sample the expanded parameter,
+    ``hard_concrete(log_alpha.expand(batch, n), generator=g)``, or give ``noise`` of shape
+    ``(batch, n)``; the gradient of each gate sums into :math:`\log\alpha` over the batch.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -76,11 +88,65 @@ def hard_concrete(
         tensor([0.0000, 0.9294, 0.0000, 1.0000], grad_fn=<ClampBackward1>)
         >>> z.sum().backward(); log_alpha.grad  # zero where clipped
         tensor([0.0000, 0.2195, 0.0000, 0.0000])
+
+        Given uniforms, e.g. a published model's, and one gate per example and feature:
+
+        >>> u = torch.tensor([[0.5, 0.9, 0.1, 0.5], [0.01, 0.5, 0.5, 0.99]])
+        >>> hg.hard_concrete(log_alpha.detach(), noise=u)  # (2, 4): log_alpha broadcasts
+        tensor([[0.0000, 1.0000, 0.0000, 1.0000],
+                [0.0000, 0.5000, 0.5000, 1.0000]])
+        >>> z = hg.hard_concrete(log_alpha.expand(3, 4), generator=g); z.shape
+        torch.Size([3, 4])
     """
     check_floating(log_alpha, "log_alpha")
     beta, gamma, zeta = _check_stretch(beta, gamma, zeta)
     _check_generator(generator)
-    return sample(log_alpha, beta, gamma, zeta, generator)
+    if noise is None:
+        return sample(log_alpha, beta, gamma, zeta, generator)
+    _check_noise(noise, log_alpha, generator)
+    return sample_given(log_alpha, noise, beta, gamma, zeta)
+
+
+def _check_noise(noise: Any, log_alpha: Tensor, generator: Any) -> None:
+    """``noise``: floating uniforms strictly inside (0, 1), broadcastable with
+    ``log_alpha``, on its device, and not given with a ``generator``."""
+    if generator is not None:
+        raise ValueError(
+            "Expected at most one of `noise` and `generator`, but found both (the noise "
+            "given replaces the draw from the generator)"
+        )
+    check_floating(noise, "noise")
+    try:
+        torch.broadcast_shapes(noise.shape, log_alpha.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"Expected `noise` broadcastable with `log_alpha`'s shape {tuple(log_alpha.shape)}, "
+            f"but found shape {tuple(noise.shape)}"
+        ) from None
+    if noise.device != log_alpha.device:
+        raise ValueError(
+            f"Expected `noise` on `log_alpha`'s device {log_alpha.device}, but found "
+            f"device={noise.device}"
+        )
+    if value_checks_apply(noise) and noise.numel() > 0:
+        low, high = torch.aminmax(noise.detach())
+        low_, high_ = low.item(), high.item()
+        if not (low_ > 0 and high_ < 1):  # (NaN fails too)
+            raise ValueError(
+                f"Expected `noise` strictly inside (0, 1), but found values in "
+                f"[{low_!r}, {high_!r}]"
+            )
+
+
+def sample_given(
+    log_alpha: Tensor, noise: Tensor, beta: float, gamma: float, zeta: float
+) -> Tensor:
+    """:func:`hard_concrete` of given uniforms ``noise``, without the argument checks."""
+    q = opmath(log_alpha)
+    u = cast(noise, q.dtype)
+    logit = torch.log(u) - torch.log1p(-u) + q
+    z = torch.sigmoid(logit / beta) * (zeta - gamma) + gamma
+    return cast(z.clamp(0.0, 1.0), log_alpha.dtype)
 
 
 def sample(
@@ -144,8 +210,12 @@ def hard_concrete_mean(log_alpha: Tensor, *, gamma: float = GAMMA, zeta: float =
     """
     check_floating(log_alpha, "log_alpha")
     _, gamma, zeta = _check_stretch(BETA, gamma, zeta)
-    s = torch.sigmoid(opmath(log_alpha))
-    return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0).to(log_alpha.dtype)
+    return cast(mean_gate(opmath(log_alpha), gamma, zeta), log_alpha.dtype)
+
+
+def mean_gate(log_alpha: Tensor, gamma: float, zeta: float) -> Tensor:
+    """:func:`hard_concrete_mean` without its argument checks, in ``log_alpha``'s dtype."""
+    return (torch.sigmoid(log_alpha) * (zeta - gamma) + gamma).clamp(0.0, 1.0)
 
 
 def expected_l0(
