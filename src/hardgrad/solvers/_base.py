@@ -4,13 +4,14 @@ checked solver call on a batch (or a stack of samples), and the layers' common b
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._core.validation import check_floating
+from .._core.validation import check_floating, check_real
 
 Solver = Callable[[Tensor], Tensor]
 
@@ -36,6 +37,20 @@ def _check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"Expected `{name}` to be a bool, but found {type(value).__name__}")
     return value
+
+
+def _check_finite(value: Any, name: str) -> float:
+    result = check_real(value, name)
+    if not -math.inf < result < math.inf:
+        raise ValueError(f"Expected `{name}` to be finite, but found {name}={value!r}")
+    return result
+
+
+def _check_nonnegative(value: Any, name: str) -> float:
+    result = check_real(value, name)
+    if not 0 <= result < math.inf:
+        raise ValueError(f"Expected `{name}` >= 0 and finite, but found {name}={value!r}")
+    return result
 
 
 def _check_generator(generator: Any) -> torch.Generator | None:
