@@ -68,6 +68,11 @@ FAMILIES: tuple[Family, ...] = (
         ),
     ),
     Family(
+        "Policy gradients over sampled sequences: RLOO, GRPO, Dr. GRPO, KL penalties, exact gradient",
+        ("guides/policy", "api/policy"),
+        ("hardgrad.policy",),
+    ),
+    Family(
         "Vector quantization: VQ (straight-through, rotation trick, Gumbel, EMA), FSQ, LFQ",
         ("guides/vq", "api/vq"),
         ("hardgrad.vq", "hardgrad.nn._vq"),
