@@ -23,10 +23,11 @@ from .. import surrogates as _surrogates
 from ..diagnostics import exact_gradient, gradient_samples
 from ..estimators import ESTIMATORS
 from ..ops import OPS, OpSpec
+from ._pyplot import legend_outside, save_figure
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    import matplotlib  # raises where the bench extra is missing (the command line says so)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -57,7 +58,7 @@ def plot_op(spec: OpSpec, out: Path) -> Path:
     plt = _pyplot()
     x = torch.linspace(-3, 3, 1201, dtype=torch.float64)
     forward, backward = op_curves(spec, x)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6.0), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.6, 6.0), sharex=True, layout="constrained")
     top.plot(x, forward, color="black", drawstyle="steps-mid")
     top.set_ylabel(f"hg.{spec.name}(x)")
     top.set_title(f"hg.{spec.name}: exact forward, backward per surrogate")
@@ -65,14 +66,11 @@ def plot_op(spec: OpSpec, out: Path) -> Path:
         bottom.plot(x, grad, label=name)
     bottom.set_ylabel("d y / d x")
     bottom.set_xlabel("x")
-    bottom.legend(fontsize="small", ncol=2)
+    legend_outside(bottom)
     for axis in (top, bottom):
         axis.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / f"op_{spec.name}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    name = save_figure(fig, out, f"op_{spec.name}.png")
+    return out / name
 
 
 def bernoulli_estimators() -> list[str]:
@@ -97,7 +95,9 @@ def plot_estimators(out: Path, *, phi: float = 0.5, t: float = 0.45, draws: int 
     names = bernoulli_estimators()
     columns = 4
     rows = -(-len(names) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3.2 * columns, 2.5 * rows), squeeze=False, layout="constrained"
+    )
     generator = torch.Generator().manual_seed(seed)
     for axis, name in zip(axes.flat, names, strict=False):
         samples = gradient_samples(
@@ -116,11 +116,8 @@ def plot_estimators(out: Path, *, phi: float = 0.5, t: float = 0.45, draws: int 
         "mean (red)",
         fontsize=10,
     )
-    fig.tight_layout()
-    path = out / "estimators_toy.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    name = save_figure(fig, out, "estimators_toy.png")
+    return out / name
 
 
 def plot_all(out: Path, *, draws: int = 20000, seed: int = 0) -> list[Path]:

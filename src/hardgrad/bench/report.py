@@ -392,15 +392,47 @@ def markdown_report(env: dict[str, Any], results: Sequence[TaskResult]) -> str:
         lines += [f"## {r.name}: {r.summary}", "", f"Wall time: {r.wall_s:.1f} s.", ""]
         settings = ", ".join(f"{k}={v}" for k, v in r.settings.items())
         lines += [f"Settings: {settings}.", ""]
-        for table in r.tables:
+        placed = figures_by_table(r.tables, r.figures)
+        for i, table in enumerate(r.tables):
             lines += [f"### {table.title}", "", markdown_table(table), ""]
             lines += [f"- {note}" for note in table.notes]
             if table.notes:
                 lines.append("")
+            lines += figure_lines(placed.get(i, []))
         if r.notes:
             lines += ["### Notes", ""]
             lines += [f"- {note}" for note in r.notes]
             lines.append("")
-        for figure in r.figures:
-            lines += [f"![{figure}]({figure})", ""]
+        lines += figure_lines(placed.get(None, []))
     return "\n".join(lines)
+
+
+def figures_by_table(
+    tables: Sequence[Table], figures: Sequence[str]
+) -> dict[int | None, list[str]]:
+    """Where each figure goes in ``report.md``: under the last table whose title contains
+    the figure's ``table`` (see :class:`hardgrad.bench._pyplot.FigureFile`), by the
+    table's index; ``None``: at the end of the task's section."""
+    placed: dict[int | None, list[str]] = {}
+    for figure in figures:
+        part = getattr(figure, "table", None)
+        where = None
+        if part:
+            matches = [i for i, t in enumerate(tables) if part in t.title]
+            where = matches[-1] if matches else None
+        placed.setdefault(where, []).append(figure)
+    return placed
+
+
+def figure_lines(figures: Sequence[str]) -> list[str]:
+    """Each figure as a Markdown image and a ``Figure: <file> — <caption>`` line."""
+    lines: list[str] = []
+    for figure in figures:
+        caption = getattr(figure, "caption", "")
+        lines += [
+            f"![{figure}]({figure})",
+            "",
+            f"Figure: {figure}" + (f" — {caption}" if caption else ""),
+            "",
+        ]
+    return lines

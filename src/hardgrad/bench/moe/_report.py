@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
-from .._pyplot import pyplot
+from .._pyplot import bars, category_labels, pyplot, quick_title, save_figure, spread_caption
 from .._task import Table
 from ._config import MoEConfig
 
@@ -93,14 +94,17 @@ def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "d
     )
 
 
-def _plot(rows: dict[str, dict[str, Any]], config: MoEConfig, out: Any) -> str | None:
-    """Bars with seed spreads: router-gradient cosine, routing accuracy, test MSE."""
+def _plot(
+    rows: dict[str, dict[str, Any]], config: MoEConfig, out: Any, *, quick: bool = False
+) -> str | None:
+    """``moe.png``: router-gradient cosine, routing accuracy, test MSE per router gradient;
+    error bars (± one standard deviation) from two seeds on; a value not defined (NaN) is
+    marked n/a."""
     plt = pyplot()
     if plt is None:  # the bench extra is missing
         return None
-    out.mkdir(parents=True, exist_ok=True)
     names = list(rows)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.9), layout="constrained")
     for ax, key, label in (
         (axes[0], "cosine", "router-gradient cosine to exact"),
         (axes[1], "accuracy", "routing accuracy"),
@@ -108,14 +112,20 @@ def _plot(rows: dict[str, dict[str, Any]], config: MoEConfig, out: Any) -> str |
     ):
         means = [rows[n][key]["mean"] for n in names]
         stds = [rows[n][key]["std"] for n in names]
-        ax.bar(names, means, yerr=stds, capsize=3, color="C0")
+        why = "zero gradient, cosine undefined" if key == "cosine" else "not defined"
+        bars(ax, means, errors=stds, n_seeds=config.seeds, missing=why, color="C0")
+        category_labels(ax, names, fontsize=7)
         ax.set_title(label, fontsize=9)
-        ax.tick_params(axis="x", labelsize=7, rotation=45)
+    spread = spread_caption(config.seeds)
     fig.suptitle(
-        f"toy MoE, {config.experts} experts, top-{config.k}, {config.seeds} seed(s)", fontsize=9
+        quick_title(f"toy MoE, {config.experts} experts, top-{config.k} ({spread})", quick, config),
+        fontsize=9,
     )
-    fig.tight_layout()
-    name = "moe.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
-    return name
+    return save_figure(
+        fig,
+        Path(out),
+        "moe.png",
+        caption=f"router-gradient cosine to the exact gradient, routing accuracy and test MSE "
+        f"per router gradient, mean over {config.seeds} seed(s) ({spread}).",
+        table="Toy MoE (",
+    )

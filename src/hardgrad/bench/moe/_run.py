@@ -128,7 +128,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
     )
     figures: list[str] = []
     if settings.out is not None and config.plot:
-        figure = _plot(rows, config, settings.out)
+        figure = _plot(rows, config, settings.out, quick=settings.quick)
         if figure is not None:
             figures.append(figure)
     result.figures = figures

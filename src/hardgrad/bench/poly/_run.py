@@ -273,7 +273,7 @@ def run(settings: BenchSettings, config: PolyConfig | None, progress: Progress) 
     result.tables = tables(data, config, settings.quick)
     result.notes = notes(data, config)
     if settings.out is not None and config.plot:
-        figure = plot_curves(data, config, settings.out)
+        figure = plot_curves(data, config, settings.out, quick=settings.quick)
         if figure is not None:
             result.figures.append(figure)
             data["figures"][figure] = "data.runs[*].powers[*]: exact loss per estimator"

@@ -6,7 +6,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .._pyplot import pyplot
+from .._pyplot import (
+    error_bars_allowed,
+    legend_outside,
+    pyplot,
+    quick_title,
+    save_figure,
+    spread_caption,
+)
 from .._task import Table
 from ..data import Dataset
 from ._config import QatConfig
@@ -170,22 +177,30 @@ def _notes(rows: list[dict[str, Any]], config: QatConfig, data: Dataset) -> list
     return notes
 
 
-def plot_accuracy(rows: list[dict[str, Any]], config: QatConfig, out: Path) -> str | None:
+def plot_accuracy(
+    rows: list[dict[str, Any]], config: QatConfig, out: Path, *, quick: bool = False
+) -> str | None:
     """``qat_accuracy.png``: test accuracy per precision (float, bits, binary), one line per
-    quantizer gradient, error bars spanning the seeds' range."""
+    quantizer gradient, error bars spanning the seeds' range from two seeds on."""
     plt = pyplot()
     if plt is None:
         return None
-    out.mkdir(parents=True, exist_ok=True)
     bits = sorted(config.bits, reverse=True)
     extra = [k for k, on in (("binary", config.binary), ("ternary", config.ternary)) if on]
     ticks = ["float", *[f"{b}-bit" for b in bits], *extra]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     by_key = {(r["kind"], r["bits"]): r for r in rows}
+    spread = error_bars_allowed(config.seeds)
 
     def point(row: dict[str, Any]) -> tuple[float, float, float]:
         acc = row["test_accuracy"]
         return 100 * acc["mean"], 100 * (acc["mean"] - acc["min"]), 100 * (acc["max"] - acc["mean"])
+
+    def draw(xs: list[float], ys: list[float], lo: list[float], hi: list[float], **kw: Any) -> None:
+        if spread:
+            ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **kw)
+        else:
+            ax.plot(xs, ys, **kw)
 
     f_mean, f_lo, f_hi = point(by_key[("float", None)])
     for offset, (method, color) in zip((-0.06, 0.06), (("ste", "C0"), ("lsq", "C1")), strict=True):
@@ -199,24 +214,32 @@ def plot_accuracy(rows: list[dict[str, Any]], config: QatConfig, out: Path) -> s
                 hi.append(high)
         if len(xs) > 1:
             label = "STE, fixed scale" if method == "ste" else "LSQ, learned scale"
-            ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker="o", capsize=3, label=label)
+            draw(xs, ys, lo, hi, color=color, marker="o", label=label)
     for kind, color, label in (
         ("binary", "C2", "binary, clipped STE"),
         ("ternary", "C3", "ternary (TWN), STE"),
     ):
         if (kind, None) in by_key:
             m, low, high = point(by_key[(kind, None)])
-            ax.errorbar(
-                [ticks.index(kind)], [m], yerr=[[low], [high]], color=color, marker="s",
-                capsize=3, linestyle="none", label=label,
-            )  # fmt: skip
-    ax.axhline(f_mean, color="grey", linestyle="--", linewidth=0.8)
+            draw([ticks.index(kind)], [m], [low], [high], color=color, marker="s",
+                 linestyle="none", label=label)  # fmt: skip
+    ax.axhline(f_mean, color="grey", linestyle="--", linewidth=0.8, label="float")
     ax.set_xticks(range(len(ticks)), ticks)
-    ax.set_ylabel(f"test accuracy (%), mean and range over {config.seeds} seed(s)")
-    ax.set_title(f"QAT MLP {'-'.join(map(str, config.hidden))}: accuracy per precision")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    name = "qat_accuracy.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
-    return name
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    caption = spread_caption(config.seeds, "min to max")
+    ax.set_title(
+        quick_title(f"QAT MLP {'-'.join(map(str, config.hidden))}: accuracy per precision",
+                    quick, config)
+        + f"\nmean over {config.seeds} seed(s); {caption}",
+        fontsize=9,
+    )  # fmt: skip
+    legend_outside(ax, fontsize=8)
+    return save_figure(
+        fig,
+        out,
+        "qat_accuracy.png",
+        caption=f"test accuracy per precision and quantizer gradient, mean over "
+        f"{config.seeds} seed(s) ({caption}); dashed: float.",
+        table="Test accuracy (%) per configuration",
+    )

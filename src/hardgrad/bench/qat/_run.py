@@ -148,7 +148,7 @@ def run(settings: BenchSettings, config: QatConfig, progress: Progress) -> TaskR
     progress.finish()
     figures: list[str] = []
     if settings.out is not None and config.plot and _distributed.is_main():
-        name = plot_accuracy(rows, config, settings.out)
+        name = plot_accuracy(rows, config, settings.out, quick=settings.quick)
         if name is not None:
             figures.append(name)
     result = TaskResult(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._pyplot import pyplot
+from .._pyplot import bars, category_labels, pyplot, quick_title, save_figure, spread_caption
 from .._task import Table
 from ._config import ShortestPathConfig
 
@@ -57,25 +57,37 @@ def _notes(rows: list[dict[str, Any]], config: ShortestPathConfig) -> list[str]:
     return notes
 
 
-def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
+def _plot(
+    rows: list[dict[str, Any]], out: Path, config: Any = None, *, quick: bool = False
+) -> str | None:
+    """``shortest_path.png``: test regret per method; error bars (± one standard deviation)
+    from two seeds on; a method with no finite regret is marked n/a."""
     plt = pyplot()
     if plt is None:  # the bench extra is missing
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    seeds = getattr(config, "seeds", 1)
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     names = [r["method"] for r in rows]
-    ax.bar(
-        names,
+    bars(
+        ax,
         [100 * r["regret"]["mean"] for r in rows],
-        yerr=[100 * r["regret"]["std"] for r in rows],
-        capsize=3,
+        errors=[100 * r["regret"]["std"] for r in rows],
+        n_seeds=seeds,
+        missing="no finite regret",
         color="C0",
     )
+    category_labels(ax, names, fontsize=8)
     ax.set_ylabel("test regret (%)")
-    ax.set_title("Shortest path: regret per gradient", fontsize=9)
-    ax.tick_params(axis="x", labelsize=8, rotation=30)
-    fig.tight_layout()
-    name = "shortest_path.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
-    return name
+    spread = spread_caption(seeds)
+    ax.set_title(
+        quick_title("Shortest path: regret per gradient", quick, config) + f"\n{spread}",
+        fontsize=9,
+    )
+    return save_figure(
+        fig,
+        out,
+        "shortest_path.png",
+        caption=f"test regret per gradient method (lower is better), mean over {seeds} "
+        f"seed(s) ({spread}).",
+        table="Shortest path on",
+    )

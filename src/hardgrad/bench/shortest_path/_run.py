@@ -39,7 +39,7 @@ def run(settings: BenchSettings, config: ShortestPathConfig, progress: Progress)
     progress.finish()
     figures: list[str] = []
     if settings.out is not None and config.plot:
-        name = _plot(rows, settings.out)
+        name = _plot(rows, settings.out, config, quick=settings.quick)
         if name is not None:
             figures.append(name)
     result = TaskResult(

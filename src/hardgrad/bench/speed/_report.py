@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._pyplot import pyplot
+from .._pyplot import bars, category_labels, legend_outside, pyplot, quick_title, save_figure
 from .._task import BenchSettings, Table
 from .._timing import UNRESOLVED, median
 from ._config import SpeedConfig
@@ -341,26 +341,41 @@ def notes(
     return notes
 
 
-def plot(ops: dict[str, Any], names: list[str], out: Path) -> str | None:
+def plot(ops: dict[str, Any], names: list[str], out: Path, *, quick: bool = False) -> str | None:
+    """``speed_ratio.png``: hardgrad's time over the fastest alternative's per op, eager and
+    compiled; an op not compiled or not measured is marked n/a."""
     plt = pyplot()
     if plt is None:  # the bench extra is missing
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(names) + 2.5), 3.8), layout="constrained")
     width = 0.4
     positions = list(range(len(names)))
     eager = [ops[n]["eager"]["ratio"] for n in names]
-    compiled = [ops[n]["compiled"]["ratio"] if ops[n]["compiled"] else float("nan") for n in names]
-    ax.bar([p - width / 2 for p in positions], eager, width, label="eager")
-    ax.bar([p + width / 2 for p in positions], compiled, width, label="torch.compile")
+    compiled = [ops[n]["compiled"]["ratio"] if ops[n]["compiled"] else None for n in names]
+    not_compiled = "not compiled" + (" in a quick run" if quick else "")
+    bars(ax, eager, positions=[p - width / 2 for p in positions], width=width, label="eager",
+         missing="not measured", color="C0")  # fmt: skip
+    bars(ax, compiled, positions=[p + width / 2 for p in positions], width=width,
+         label="torch.compile", color="C1",
+         missing=lambda i: not_compiled if compiled[i] is None else "not measured")  # fmt: skip
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(positions)
-    ax.set_xticklabels(names, rotation=30, ha="right")
+    category_labels(ax, names)
     ax.set_ylabel("hardgrad / fastest alternative")
-    ax.set_title("speed: forward+backward time ratio (lower is better, target ≤ 1)")
-    ax.legend()
-    fig.tight_layout()
-    name = "speed_ratio.png"
-    fig.savefig(out / name, dpi=120)
-    plt.close(fig)
-    return name
+    median = "median over interleaved rounds"
+    ax.set_title(
+        quick_title(
+            f"speed: forward+backward time ratio ({median}; lower is better, target ≤ 1)",
+            quick,
+            "shorter timing, a compiled subset",
+        ),
+        fontsize=10,
+    )
+    legend_outside(ax)
+    return save_figure(
+        fig,
+        out,
+        "speed_ratio.png",
+        caption=f"hardgrad's forward+backward time over the fastest alternative's per op, "
+        f"eager and compiled ({median}, no error bars); dashed: parity.",
+        table=_TITLES["eager"],
+    )

@@ -394,7 +394,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
             "absolute times vary between runs more than the ratios of one run do."
         )
     if settings.out is not None and config.plot and names:
-        figure = plot(ops, names, settings.out)
+        figure = plot(ops, names, settings.out, quick=settings.quick)
         if figure is not None:
             result.figures.append(figure)
     return result

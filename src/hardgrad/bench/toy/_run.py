@@ -345,11 +345,11 @@ def run(settings: BenchSettings, config: ToyConfig | None, progress: Progress) -
     result.notes = notes(rows, curves, config)
     if settings.out is not None and config.plot:
         if curves is not None:
-            figure = plot_curves(curves, config, settings.out)
+            figure = plot_curves(curves, config, settings.out, quick=settings.quick)
             if figure is not None:
                 result.figures.append(figure)
                 data["figures"][figure] = "data.curves: p per estimator (mean, min, max)"
-        figure = plot_variance(rows, config, settings.out)
+        figure = plot_variance(rows, config, settings.out, quick=settings.quick)
         if figure is not None:
             result.figures.append(figure)
             data["figures"][figure] = "data.rows: var per estimator, t and phi"

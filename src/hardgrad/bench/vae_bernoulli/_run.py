@@ -181,8 +181,9 @@ def run(
     if settings.out is not None and config.plot and _distributed.is_main():
         panels = {label: data_out["runs"]}
         figure = plot_curves(
-            panels, settings.out, "vae_bernoulli_curves.png", "Bernoulli VAE: test -ELBO"
-        )
+            panels, settings.out, "vae_bernoulli_curves.png", "Bernoulli VAE: test -ELBO",
+            quick=settings.quick, config=config, table="-ELBO (nats) and encoder-gradient",
+        )  # fmt: skip
         if figure is not None:
             result.figures.append(figure)
             data_out["figures"][figure] = "data.runs.*.curve: test -ELBO along training"
@@ -192,7 +193,8 @@ def run(
             settings.out,
             "vae_bernoulli_variance.png",
             "Bernoulli VAE: encoder-logit gradient",
-        )
+            quick=settings.quick, config=config, table="Encoder-gradient variance at the same",
+        )  # fmt: skip
         if figure is not None:
             result.figures.append(figure)
             data_out["figures"][figure] = "data.runs.*.diagnostics: var and snr"

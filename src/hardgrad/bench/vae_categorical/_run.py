@@ -172,8 +172,9 @@ def run(
     )
     if settings.out is not None and config.plot and _distributed.is_main():
         figure = plot_curves(
-            panels, settings.out, "vae_categorical_curves.png", "Categorical VAE: test -ELBO"
-        )
+            panels, settings.out, "vae_categorical_curves.png", "Categorical VAE: test -ELBO",
+            quick=settings.quick, config=config, table="steps): -ELBO (nats)",
+        )  # fmt: skip
         if figure is not None:
             result.figures.append(figure)
             data_out["figures"][figure] = "data.configurations.*.runs.*.curve"
@@ -183,7 +184,8 @@ def run(
             settings.out,
             "vae_categorical_bias.png",
             "Categorical VAE: encoder-logit gradient vs exact, at the reference run's parameters",
-        )
+            quick=settings.quick, config=config, table="encoder-logit gradient vs the exact",
+        )  # fmt: skip
         if figure is not None:
             result.figures.append(figure)
             data_out["figures"][figure] = "data.configurations.*.shared: bias and cosine"

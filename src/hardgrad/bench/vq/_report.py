@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .._pyplot import pyplot
+from .._pyplot import bars, category_labels, pyplot, quick_title, save_figure, spread_caption
 from .._task import Table
 from ..data import Dataset
 from ._config import VQConfig
@@ -106,13 +106,17 @@ def _notes(rows: list[dict[str, Any]], config: VQConfig, data: Dataset) -> list[
     return notes
 
 
-def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
+def _plot(
+    rows: list[dict[str, Any]], out: Path, config: Any = None, *, quick: bool = False
+) -> str | None:
+    """``vq.png``: test MSE, code usage and perplexity per variant; error bars (± one
+    standard deviation) from two seeds on; a variant with no finite value is marked n/a."""
     plt = pyplot()
     if plt is None:  # the bench extra is missing
         return None
-    out.mkdir(parents=True, exist_ok=True)
+    seeds = getattr(config, "seeds", 1)
     names = [r["variant"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained")
     for ax, key, label, scale in (
         (axes[0], "recon_mse", "test recon MSE ×1e3", 1000),
         (axes[1], "usage", "codes used (%)", 100),
@@ -120,11 +124,16 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> str | None:
     ):
         means = [scale * r[key]["mean"] for r in rows]
         stds = [scale * r[key]["std"] for r in rows]
-        ax.bar(names, means, yerr=stds, capsize=3, color="C0")
+        bars(ax, means, errors=stds, n_seeds=seeds, missing="no finite value", color="C0")
+        category_labels(ax, names, fontsize=8)
         ax.set_title(label, fontsize=9)
-        ax.tick_params(axis="x", labelsize=8, rotation=30)
-    fig.tight_layout()
-    name = "vq.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
-    return name
+    spread = spread_caption(seeds)
+    fig.suptitle(quick_title(f"VQ-VAE bottlenecks ({spread})", quick, config), fontsize=10)
+    return save_figure(
+        fig,
+        out,
+        "vq.png",
+        caption=f"test reconstruction MSE, codebook usage and perplexity per quantizer, mean "
+        f"over {seeds} seed(s) ({spread}).",
+        table="VQ-VAE on",
+    )
