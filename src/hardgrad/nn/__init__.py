@@ -19,7 +19,8 @@ math. One private module per family:
   (https://arxiv.org/abs/2310.05737).
 * ``_moe``: a mixture-of-experts layer (Shazeer et al. 2017, https://arxiv.org/abs/1701.06538;
   Fedus et al. 2021, https://arxiv.org/abs/2101.03961).
-* ``_l0``: Hard Concrete gates for L0 regularization (Louizos et al. 2018,
+* ``_l0``, ``_l0_layers``: Hard Concrete gates for L0 regularization, and linear and
+  convolutional layers with gated weights (Louizos et al. 2018,
   https://arxiv.org/abs/1712.01312).
 
 >>> import torch, hardgrad as hg
@@ -40,13 +41,15 @@ from ._binary import (
 )
 from ._hard import Binarize, Clamp, Heaviside, OneHotArgmax, Round, Sign
 from ._l0 import HardConcreteGate
+from ._l0_layers import L0Conv2d, L0Linear
 from ._moe import MoE
 from ._pact import PACT
 from ._qat import QuantConv2d, QuantLinear, quantize_
 from ._quantize import Quantize
 from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical
-from ._vq import FSQ, LFQ, VectorQuantize
+from ._vq import VectorQuantize
+from ._vq_scalar import FSQ, LFQ
 
 __all__ = [
     "FSQ",
@@ -62,6 +65,8 @@ __all__ = [
     "Clamp",
     "HardConcreteGate",
     "Heaviside",
+    "L0Conv2d",
+    "L0Linear",
     "MoE",
     "OneHotArgmax",
     "QuantConv2d",

@@ -1,7 +1,6 @@
-r"""Vector-quantization modules: a learned codebook (:class:`VectorQuantize`, van den Oord
-et al. 2017, https://arxiv.org/abs/1711.00937), finite scalar quantization (:class:`FSQ`,
-Mentzer et al. 2023, https://arxiv.org/abs/2309.15505) and lookup-free quantization
-(:class:`LFQ`, Yu et al. 2023, https://arxiv.org/abs/2310.05737). The math is in
+r"""The learned-codebook quantizer :class:`VectorQuantize` (van den Oord et al. 2017,
+https://arxiv.org/abs/1711.00937): its forward, losses, heads, projections and masks; the
+codebook's upkeep (EMA, restarts, k-means) is in ``_vq_codebook``. The math is in
 :mod:`hardgrad.vq`.
 """
 
@@ -15,44 +14,17 @@ from torch import Tensor, nn
 
 from .. import vq as _vq
 from .._core.checkpoint import SettingsInState
-from .._core.compiler import compiler_disabled
-from .._core.kernels import cast, eager_plain, opmath_dtype, without_grad
-from .._core.validation import (
-    check_all_finite,
-    check_floating,
-    check_int,
-    check_positive,
-    check_real,
-)
+from .._core.kernels import cast, opmath_dtype, without_grad
+from .._core.validation import check_int, check_positive, check_real
 from ..estimators import Estimator
 from ..ops._straight_through import value_with_identity_gradient
-
-CODEBOOK_UPDATES = ("loss", "ema")
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
+from ._vq_codebook import CODEBOOK_UPDATES, CodebookUpkeep, _check_channels, _check_mask
 
 
-def _check_channels(z: Tensor, channel_dim: int, size: int, what: str) -> int:
-    check_floating(z, "z")
-    if not -z.dim() <= channel_dim < z.dim():
-        raise ValueError(
-            f"Expected `channel_dim` in [{-z.dim()}, {z.dim() - 1}] for a {z.dim()}-dim `z`, "
-            f"but found channel_dim={channel_dim}"
-        )
-    d = channel_dim % z.dim()
-    if z.shape[d] != size:
-        raise ValueError(
-            f"Expected z.shape[{d}] == {size} ({what}), but found shape {tuple(z.shape)}"
-        )
-    return d
-
-
-class VectorQuantize(SettingsInState, nn.Module):
+class VectorQuantize(CodebookUpkeep, SettingsInState, nn.Module):
     r"""A learned codebook of ``num_codes`` vectors of size ``dim``, with a chosen gradient.
 
-    ``forward(z)`` returns ``(z_q, indices, loss)``: ``z_q, indices`` from
+    ``forward(z, mask=None)`` returns ``(z_q, indices, loss)``: ``z_q, indices`` from
     :func:`hardgrad.vector_quantize` (the nearest code, exactly; the gradient to ``z`` by
     ``estimator``: ``"st"``, ``"rotation"``, ``"gumbel"`` or a pathwise estimator
     instance), and the scalar auxiliary loss of the VQ-VAE paper:
@@ -94,11 +66,15 @@ class VectorQuantize(SettingsInState, nn.Module):
     ``codebook_update="loss"`` the codebook loss's gradient is that of the rows this
     forward used; the optimizer applies it to the rows as they are, restarted ones included.
 
-    **Initialisation.** The codebook starts as :math:`U(-1/K, 1/K)` (the VQ-VAE reference
-    code's choice, drawn from the global RNG like ``nn.Linear``'s weights): codes near the
-    origin, where a fresh encoder's outputs are. Codes of unit scale leave all but the
-    code nearest the origin unused from the first step (we measured a 2 % usage on the
-    ``vq`` benchmark).
+    **Initialisation.** The codebook starts as ``init_codebook`` (copied, in the default
+    dtype) or as :math:`U(-1/K, 1/K)` (the VQ-VAE reference code's choice, drawn from the
+    global RNG like ``nn.Linear``'s weights): codes near the origin, where a fresh
+    encoder's outputs are. Codes of unit scale leave all but the code nearest the origin
+    unused from the first step (we measured a 2 % usage on the ``vq`` benchmark).
+    :math:`N_k` starts at ``init_cluster_size`` and :math:`m_k` at :math:`N_k c_k`; ``0``
+    is the original VQ-VAE EMA code's start: the first update then moves each used code to
+    its batch mean and every unused one to the origin (Irie et al. report a worse
+    convergence from it; the default 1 keeps unused codes in place).
 
     **k-means initialisation.** With ``kmeans_init=True`` the first training batch sets
     the codebook by ``kmeans_iters`` Lloyd iterations from a k-means++ seeding drawn from
@@ -108,6 +84,22 @@ class VectorQuantize(SettingsInState, nn.Module):
     each code (of the global batch in distributed training), and the properties ``usage``
     (the fraction of codes used) and ``perplexity`` (:func:`hardgrad.vq.codebook_usage`)
     are computed from it when read; ``cluster_size`` is the counts' moving average.
+
+    **Padding masks.** ``vq(z, mask)`` with a bool ``mask`` of ``z``'s shape without the
+    channel dimension (False: padding): masked positions are still quantized (``z_q`` holds
+    their code and ``indices`` their index, so shapes stay static) but their ``z_q`` has no
+    gradient to ``z``, and they count in nothing: not in the losses (means over the
+    unmasked positions' elements), the EMA counts and sums, ``batch_counts``, dead-code
+    restarts or the k-means initialisation. (vector-quantize-pytorch returns zeros and
+    index -1 there.)
+
+    **Heads and projections.** ``heads`` > 1 splits each ``z`` vector into ``heads`` parts
+    of ``codebook_dim`` (default ``dim // heads``) channels, quantized by one shared codebook
+    or, with ``separate_codebook_per_head``, by a codebook per head (``codebook`` then
+    ``(heads, num_codes, codebook_dim)``, the statistics per head); ``indices`` gain a last
+    dimension of size ``heads``. When ``heads * codebook_dim != dim``, ``nn.Linear``
+    projections map ``z`` in (``project_in``) and ``z_q`` out (``project_out``); the
+    losses are then those of the projected vectors.
 
     Args:
         num_codes: K >= 2.
@@ -125,6 +117,12 @@ class VectorQuantize(SettingsInState, nn.Module):
         channel_dim: the code dimension of ``z``.
         tau: the temperature of the code logits for a stochastic estimator.
         seed: the seed of the module's generator.
+        heads: the number of parts each vector is split into.
+        separate_codebook_per_head: one codebook per head (default: one shared).
+        codebook_dim: the size of a code vector (default ``dim // heads``).
+        init_codebook: the initial codebook, ``(num_codes, codebook_dim)`` (or
+            ``(heads, num_codes, codebook_dim)`` with separate codebooks).
+        init_cluster_size: the initial :math:`N_k` >= 0.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -161,6 +159,11 @@ class VectorQuantize(SettingsInState, nn.Module):
         channel_dim: int = -1,
         tau: float = 1.0,
         seed: int = 0,
+        heads: int = 1,
+        separate_codebook_per_head: bool = False,
+        codebook_dim: int | None = None,
+        init_codebook: Tensor | None = None,
+        init_cluster_size: float = 1.0,
     ) -> None:
         super().__init__()
         self.num_codes = check_int(num_codes, "num_codes", low=2)
@@ -168,11 +171,7 @@ class VectorQuantize(SettingsInState, nn.Module):
         _vq._resolve_estimator(estimator)  # checks the name or instance
         self.estimator = estimator
         self.distance = _vq._check_choice(distance, "distance", _vq.DISTANCES)
-        self.commitment_weight = check_real(commitment_weight, "commitment_weight")
-        if self.commitment_weight < 0:
-            raise ValueError(
-                f"Expected `commitment_weight` >= 0, but found commitment_weight={commitment_weight!r}"
-            )
+        self.commitment_weight = _non_negative(commitment_weight, "commitment_weight")
         self.codebook_update = _vq._check_choice(
             codebook_update, "codebook_update", CODEBOOK_UPDATES
         )
@@ -180,69 +179,137 @@ class VectorQuantize(SettingsInState, nn.Module):
         if not 0 <= self.decay < 1:
             raise ValueError(f"Expected `decay` in [0, 1), but found decay={decay!r}")
         self.eps = check_positive(eps, "eps")
-        self.dead_code_threshold = check_real(dead_code_threshold, "dead_code_threshold")
-        if self.dead_code_threshold < 0:
-            raise ValueError(
-                f"Expected `dead_code_threshold` >= 0, but found {dead_code_threshold!r}"
-            )
-        if not isinstance(kmeans_init, bool):
-            raise TypeError(
-                f"Expected `kmeans_init` to be a bool, but found {type(kmeans_init).__name__}"
-            )
-        self.kmeans_init = kmeans_init
+        self.dead_code_threshold = _non_negative(dead_code_threshold, "dead_code_threshold")
+        self.kmeans_init = _check_bool(kmeans_init, "kmeans_init")
         self.kmeans_iters = check_int(kmeans_iters, "kmeans_iters", low=0)
         self.channel_dim = check_int(channel_dim, "channel_dim")
         self.tau = check_positive(tau, "tau")
         self.seed = check_int(seed, "seed", low=0)
+        self.heads = check_int(heads, "heads", low=1)
+        self.separate_codebook_per_head = _check_bool(
+            separate_codebook_per_head, "separate_codebook_per_head"
+        )
+        if codebook_dim is None:
+            if self.dim % self.heads:
+                raise ValueError(
+                    f"Expected `dim` divisible by `heads` (or a `codebook_dim`), but found "
+                    f"dim={dim}, heads={heads}"
+                )
+            codebook_dim = self.dim // self.heads
+        self.codebook_dim = check_int(codebook_dim, "codebook_dim", low=1)
+        self.init_cluster_size = _non_negative(init_cluster_size, "init_cluster_size")
         self.generator = torch.Generator().manual_seed(self.seed)
         self._initialized = not kmeans_init
-        # The VQ-VAE reference code's initialisation: U(-1/K, 1/K), codes near the origin
-        # where a freshly initialised encoder's outputs are (N(0, 1) codes collapse there).
-        initial = torch.empty(self.num_codes, self.dim).uniform_(-1 / num_codes, 1 / num_codes)
+        inner = self.heads * self.codebook_dim
+        self.project_in = nn.Linear(self.dim, inner) if inner != self.dim else None
+        self.project_out = nn.Linear(inner, self.dim) if inner != self.dim else None
+        groups = self.heads if self.separate_codebook_per_head else 1
+        shape = (self.num_codes, self.codebook_dim)
+        self._groups = shape if groups == 1 else (groups, *shape)  # (the codebook's shape)
+        self._init_codebook = _check_init_codebook(init_codebook, self._groups)
+        initial = torch.empty(self._groups)
+        self._draw_codebook(initial)
         if self.codebook_update == "loss":
             self.codebook = nn.Parameter(initial)
         else:
             self.register_buffer("codebook", initial)
-            self.register_buffer("embed_sum", initial.clone())
-        self.register_buffer("cluster_size", torch.ones(self.num_codes))
+            self.register_buffer("embed_sum", initial * self.init_cluster_size)
+        counts = self._groups[:-1]
+        self.register_buffer("cluster_size", torch.full(counts, self.init_cluster_size))
         # The last batch's code counts; usage and perplexity are read from them on demand
         # (computing them on every forward was ~10 kernels of a VQ-VAE step's few hundred).
-        self.register_buffer("batch_counts", torch.zeros(self.num_codes), persistent=False)
+        self.register_buffer("batch_counts", torch.zeros(counts), persistent=False)
+
+    def _draw_codebook(self, out: Tensor) -> None:
+        # The VQ-VAE reference code's initialisation: U(-1/K, 1/K), codes near the origin
+        # where a freshly initialised encoder's outputs are (N(0, 1) codes collapse there).
+        if self._init_codebook is not None:
+            out.copy_(self._init_codebook)
+        else:
+            out.uniform_(-1 / self.num_codes, 1 / self.num_codes)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """The codebook drawn again as at construction, the statistics reset (for
-        deferred initialisation: ``torch.device("meta")``, ``to_empty``, then this)."""
-        self.codebook.uniform_(-1 / self.num_codes, 1 / self.num_codes)
+        """The codebook drawn again as at construction (or ``init_codebook`` copied again),
+        the statistics and projections reset (for deferred initialisation:
+        ``torch.device("meta")``, ``to_empty``, then this)."""
+        self._draw_codebook(self.codebook)
         if self.codebook_update != "loss":
-            self.embed_sum.copy_(self.codebook)
-        self.cluster_size.fill_(1.0)
+            torch.mul(self.codebook, self.init_cluster_size, out=self.embed_sum)
+        self.cluster_size.fill_(self.init_cluster_size)
         self.batch_counts.zero_()
+        for projection in (self.project_in, self.project_out):
+            if projection is not None:
+                projection.reset_parameters()
         self._initialized = not self.kmeans_init
 
     @property
     def usage(self) -> Tensor:
-        """The fraction of codes the last forward's batch used (0-d tensor; 0 before any)."""
-        return _vq.usage_from_counts(self.batch_counts)[0]
+        """The fraction of codes the last forward's batch used (0-d tensor; 0 before any;
+        over every head's codes with separate codebooks)."""
+        return _vq.usage_from_counts(self.batch_counts.reshape(-1))[0]
 
     @property
     def perplexity(self) -> Tensor:
         """The perplexity of the last forward's code distribution (0-d tensor, between 1
-        and ``num_codes``; 1 before any forward)."""
-        return _vq.usage_from_counts(self.batch_counts)[1]
+        and ``num_codes``; 1 before any forward; over every head's codes with separate
+        codebooks)."""
+        return _vq.usage_from_counts(self.batch_counts.reshape(-1))[1]
 
     @property
     def initialized(self) -> bool:
         """False until the k-means initialisation ran (always True without ``kmeans_init``)."""
         return self._initialized
 
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, z: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, self.dim, "the code size `dim`")
+        mask = _check_mask(mask, z, d)
+        if self.project_in is None and self.heads == 1:
+            self._maybe_kmeans(z, d, mask, None)
+            return self._quantize(z, d, self.codebook.to(z.dtype), mask, None)
+        x = _vq.code_last(z, d)
+        if self.project_in is not None:
+            x = F.linear(x, *_weights(self.project_in, x.dtype))
+        if self.heads > 1:
+            x = x.unflatten(-1, (self.heads, self.codebook_dim))
+            if mask is not None:
+                mask = mask.unsqueeze(-1).expand(x.shape[:-1])
+        last = x.dim() - 1
+        if not self.separate_codebook_per_head:
+            self._maybe_kmeans(x, last, mask, None)
+            z_q, indices, loss = self._quantize(x, last, self.codebook.to(z.dtype), mask, None)
+        else:  # each head by its own codebook (the losses: means of equal-sized parts)
+            parts = [x[..., h, :] for h in range(self.heads)]
+            keeps = [None if mask is None else mask[..., h] for h in range(self.heads)]
+            for h in range(self.heads):
+                self._maybe_kmeans(parts[h], last - 1, keeps[h], h)
+            codebook = self.codebook.to(z.dtype)
+            outs = [
+                self._quantize(parts[h], last - 1, codebook[h], keeps[h], h)
+                for h in range(self.heads)
+            ]
+            z_q = torch.stack([o[0] for o in outs], -2)
+            indices = torch.stack([o[1] for o in outs], -1)
+            loss = torch.stack([o[2] for o in outs]).mean()
+        if self.heads > 1:
+            z_q = z_q.flatten(-2)
+        if self.project_out is not None:
+            z_q = F.linear(z_q, *_weights(self.project_out, z_q.dtype))
+        return _vq.code_back(z_q, d), indices, loss
+
+    def _maybe_kmeans(self, z: Tensor, d: int, mask: Tensor | None, group: int | None) -> None:
         if self.training and not self._initialized and z.numel() > 0:
-            self._kmeans(z.detach().movedim(d, -1).reshape(-1, self.dim))
-        codebook = self.codebook.to(z.dtype)
+            rows = _vq.code_last(z.detach(), d).reshape(-1, self.codebook_dim)
+            done = self._kmeans(rows, None if mask is None else mask.reshape(-1), group)
+            if group is None or group == self.heads - 1:
+                self._initialized = done
+
+    def _quantize(
+        self, z: Tensor, d: int, codebook: Tensor, mask: Tensor | None, group: int | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(z_q, indices, loss)`` of one codebook, ``z``'s code dimension ``d``."""
         if self.estimator == "st" and self.codebook_update == "loss" and z.numel() > 0:
-            return self._straight_through_with_loss(z, codebook, d)
+            return self._straight_through_with_loss(z, codebook, d, mask, group)
         # A stochastic estimator samples codes in training only; evaluation takes the
         # nearest code (its mode), as Gumbel-VQ models do at test time.
         deterministic = self.estimator in ("st", "rotation")
@@ -261,21 +328,25 @@ class VectorQuantize(SettingsInState, nn.Module):
             if self.codebook_update == "loss":
                 loss = loss + cast(F.embedding(indices.reshape(-1), codebook), compute).sum()
             return z_q, indices, loss
-        loss = self.commitment_weight * F.mse_loss(z.to(compute), z_q.detach().to(compute))
+        keep = None if mask is None else _vq.code_back(mask.unsqueeze(-1), d)
+        loss = self.commitment_weight * _mse(z.to(compute), z_q.detach().to(compute), keep)
         if self.codebook_update == "loss":
             # F.embedding, not codebook[indices]: its backward is a dense scatter-add
             # (47 against 133 µs for 1,024 rows of 256 x 32 codes)
             rows = F.embedding(indices.reshape(-1), codebook)
             rows = _vq.code_back(rows.reshape(_vq.code_last_shape(z, d)), d)
-            loss = loss + F.mse_loss(rows.to(compute), z.detach().to(compute))
-        flat = _vq.code_last(z.detach(), d).reshape(-1, self.dim)
-        without_grad(self._update, flat, indices.reshape(-1))
+            loss = loss + _mse(rows.to(compute), z.detach().to(compute), keep)
+        if keep is not None:  # (the same values; no gradient at masked positions)
+            z_q = torch.where(keep, z_q, z_q.detach())
+        flat = _vq.code_last(z.detach(), d).reshape(-1, self.codebook_dim)
+        flat_mask = None if mask is None else mask.reshape(-1)
+        without_grad(self._update, flat, indices.reshape(-1), flat_mask, group)
         return z_q, indices, loss
 
     def _straight_through_with_loss(
-        self, z: Tensor, codebook: Tensor, d: int
+        self, z: Tensor, codebook: Tensor, d: int, mask: Tensor | None, group: int | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """:meth:`forward` for ``estimator="st"`` with the codebook loss: what
+        """:meth:`_quantize` for ``estimator="st"`` with the codebook loss: what
         :func:`hardgrad.vector_quantize` and the loss compute (the same values and gradients
         bit for bit), from one gather of the chosen codes instead of two. ``F.embedding``
         gathers them with the codebook's gradient, for the codebook loss; the
@@ -290,110 +361,15 @@ class VectorQuantize(SettingsInState, nn.Module):
         value = rows.detach()
         z_q = value_with_identity_gradient(value, z)
         compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
-        loss = self.commitment_weight * F.mse_loss(cast(z, compute), cast(value, compute))
-        loss = loss + F.mse_loss(cast(rows, compute), cast(z.detach(), compute))
-        flat = _vq.code_last(z.detach(), d).reshape(-1, self.dim)
-        without_grad(self._update, flat, flat_indices)
+        keep = None if mask is None else _vq.code_back(mask.unsqueeze(-1), d)
+        loss = self.commitment_weight * _mse(cast(z, compute), cast(value, compute), keep)
+        loss = loss + _mse(cast(rows, compute), cast(z.detach(), compute), keep)
+        if keep is not None:
+            z_q = torch.where(keep, z_q, value)
+        flat = _vq.code_last(z.detach(), d).reshape(-1, self.codebook_dim)
+        flat_mask = None if mask is None else mask.reshape(-1)
+        without_grad(self._update, flat, flat_indices, flat_mask, group)
         return z_q, indices, loss
-
-    def _update(self, rows: Tensor, indices: Tensor) -> None:
-        """The usage counts and their moving average (and the EMA codebook); called
-        without grad."""
-        counts = self.batch_counts
-        if eager_plain(indices):  # one kernel (integer counts, exact), converted as copied
-            counts.copy_(torch.bincount(indices, minlength=self.num_codes))
-        else:  # bincount's size is data-dependent for the compiler
-            counts.zero_().index_add_(
-                0, indices, torch.ones(indices.shape, device=rows.device, dtype=counts.dtype)
-            )
-        sums = None
-        if self.training and self.codebook_update == "ema":
-            sums = torch.zeros_like(self.embed_sum).index_add_(
-                0, indices, rows.to(self.embed_sum.dtype)
-            )
-        if self.training and _distributed():
-            torch.distributed.all_reduce(counts)
-            if sums is not None:
-                torch.distributed.all_reduce(sums)
-        if not self.training:
-            return
-        self.cluster_size.lerp_(counts, 1 - self.decay)  # decay N + (1 - decay) n
-        if sums is not None:
-            # (The product rounded on its own, then added: torch 2.11's compiled
-            # ``add_(sums, alpha=...)`` does so, where its eager kernel fuses the two and
-            # rounds once, so a compiled and an eager codebook drifted apart by an ulp.)
-            self.embed_sum.mul_(self.decay).add_(sums.mul_(1 - self.decay))
-            total = self.cluster_size.sum()
-            smoothed = (self.cluster_size + self.eps) / (total + self.num_codes * self.eps) * total
-            self.codebook.copy_(self.embed_sum / smoothed.unsqueeze(-1))
-        if self.dead_code_threshold > 0:
-            self._restart_dead_codes(rows)
-
-    @compiler_disabled  # data-dependent: outside graphs
-    @torch.no_grad()
-    def _restart_dead_codes(self, rows: Tensor) -> None:
-        dead = self.cluster_size < self.dead_code_threshold
-        count = int(dead.sum())
-        if count == 0:
-            return
-        new = self._draw_rows(rows, count)
-        self.codebook[dead] = new.to(self.codebook.dtype)
-        self.cluster_size[dead] = self.dead_code_threshold
-        if self.codebook_update == "ema":
-            self.embed_sum[dead] = new.to(self.embed_sum.dtype) * self.dead_code_threshold
-
-    def _draw_rows(self, rows: Tensor, count: int) -> Tensor:
-        """``count`` rows of the batch drawn with the module's generator (with replacement
-        when the batch is smaller), rank 0's under ``torch.distributed``, broadcast."""
-        if len(rows) >= count:
-            pick = torch.randperm(len(rows), generator=self.generator)[:count]
-        else:
-            pick = torch.randint(len(rows), (count,), generator=self.generator)
-        new = rows[pick.to(rows.device)].clone()  # (z's dtype: a float64 code stays exact)
-        if _distributed():
-            torch.distributed.broadcast(new, src=0)
-        return new
-
-    @compiler_disabled
-    @torch.no_grad()
-    def _kmeans(self, rows: Tensor) -> None:
-        rows = rows.double() if self.codebook.dtype == torch.float64 else rows.float()
-        centers = self._kmeans_plus_plus(rows)
-        for _ in range(self.kmeans_iters):
-            assign = _vq._nearest_rows(rows, centers, "l2")
-            counts = torch.zeros(self.num_codes, device=rows.device).index_add_(
-                0, assign, torch.ones(len(assign), device=rows.device)
-            )
-            sums = torch.zeros_like(centers).index_add_(0, assign, rows)
-            if _distributed():
-                torch.distributed.all_reduce(counts)
-                torch.distributed.all_reduce(sums)
-            used = counts > 0
-            centers[used] = sums[used] / counts[used].unsqueeze(-1)
-        self.codebook.copy_(centers.to(self.codebook.dtype))
-        if self.codebook_update == "ema":
-            self.embed_sum.copy_(centers.to(self.embed_sum.dtype) * self.cluster_size.unsqueeze(-1))
-        self._initialized = True
-
-    def _kmeans_plus_plus(self, rows: Tensor) -> Tensor:
-        """k-means++ seeding (Arthur & Vassilvitskii 2007): each next center drawn from
-        the batch with probability proportional to its squared distance to the nearest
-        center so far, with the module's generator; rank 0's choice under
-        ``torch.distributed``."""
-        pick = int(torch.randint(len(rows), (1,), generator=self.generator))
-        centers = [rows[pick]]
-        nearest = (rows - rows[pick]).square().sum(-1)
-        for _ in range(1, self.num_codes):
-            weights = nearest.double().cpu()
-            if float(weights.sum()) <= 0:
-                weights = torch.ones_like(weights)
-            pick = int(torch.multinomial(weights, 1, generator=self.generator))
-            centers.append(rows[pick])
-            nearest = torch.minimum(nearest, (rows - rows[pick]).square().sum(-1))
-        out = torch.stack(centers).clone()
-        if _distributed():
-            torch.distributed.broadcast(out, src=0)
-        return out
 
     def _checkpoint_settings(self) -> dict[str, Any]:
         return {
@@ -403,6 +379,9 @@ class VectorQuantize(SettingsInState, nn.Module):
             "decay": self.decay,
             "eps": self.eps,
             "distance": self.distance,
+            "heads": self.heads,
+            "separate_codebook_per_head": self.separate_codebook_per_head,
+            "codebook_dim": self.codebook_dim,
         }
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -422,127 +401,54 @@ class VectorQuantize(SettingsInState, nn.Module):
             text += f", dead_code_threshold={self.dead_code_threshold}"
         if self.kmeans_init:
             text += ", kmeans_init=True"
+        if self.heads > 1:
+            text += f", heads={self.heads}"
+            if self.separate_codebook_per_head:
+                text += ", separate_codebook_per_head=True"
+        if self.codebook_dim * self.heads != self.dim:
+            text += f", codebook_dim={self.codebook_dim}"
         return text
 
 
-class FSQ(nn.Module):
-    r"""Finite scalar quantization (Mentzer et al. 2023, https://arxiv.org/abs/2309.15505):
-    :func:`hardgrad.vq.fsq` with fixed ``levels``; no codebook, no auxiliary loss.
-
-    ``forward(z)`` returns ``(z_q, indices)``; ``z`` has ``len(levels)`` channels along
-    ``channel_dim``. :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
-
-    Example:
-        >>> import torch, hardgrad as hg
-        >>> fsq = hg.nn.FSQ([8, 5, 5, 5])
-        >>> fsq, fsq.codebook_size
-        (FSQ(levels=(8, 5, 5, 5)), 1000)
-        >>> z_q, indices = fsq(torch.tensor([[0.3, -2.0, 0.1, 4.0]]))
-        >>> z_q, indices
-        (tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]]), tensor([885]))
-        >>> fsq.indices_to_codes(indices)
-        tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]])
-    """
-
-    def __init__(self, levels: Any, *, channel_dim: int = -1) -> None:
-        super().__init__()
-        self.levels = _vq._check_levels(levels)
-        self.channel_dim = check_int(channel_dim, "channel_dim")
-
-    @property
-    def codebook_size(self) -> int:
-        """The number of codes, :math:`\\prod_i L_i`."""
-        size = 1
-        for v in self.levels:
-            size *= v
-        return size
-
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
-        check_all_finite(z, "z")
-        return _vq._checked_fsq(z, self.levels, d)
-
-    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
-        return _vq.fsq_indices_to_codes(indices, self.levels, dim=self.channel_dim, dtype=dtype)
-
-    def codes_to_indices(self, codes: Tensor) -> Tensor:
-        """The indices of ``codes`` (:func:`hardgrad.vq.fsq_codes_to_indices`)."""
-        return _vq.fsq_codes_to_indices(codes, self.levels, dim=self.channel_dim)
-
-    def extra_repr(self) -> str:
-        return f"levels={self.levels}"
+def _mse(a: Tensor, b: Tensor, keep: Tensor | None) -> Tensor:
+    """``F.mse_loss(a, b)``, or its mean over the elements where ``keep`` (broadcast)."""
+    if keep is None:
+        return F.mse_loss(a, b)
+    weight = keep.to(a.dtype)
+    count = weight.expand(a.shape).sum().clamp_min(1)
+    return ((a - b).square() * weight).sum() / count
 
 
-class LFQ(nn.Module):
-    r"""Lookup-free quantization with its entropy loss (Yu et al. 2023, MAGVIT-v2,
-    https://arxiv.org/abs/2310.05737).
+def _weights(layer: nn.Linear, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    bias = None if layer.bias is None else layer.bias.to(dtype)
+    return layer.weight.to(dtype), bias
 
-    ``forward(z)`` returns ``(z_q, indices, loss)``: ``z_q = ±1`` per channel with a
-    straight-through gradient (:func:`hardgrad.vq.lfq`), and
 
-    .. math::
+def _non_negative(value: Any, name: str) -> float:
+    checked = check_real(value, name)
+    if checked < 0:
+        raise ValueError(f"Expected `{name}` >= 0, but found {name}={value!r}")
+    return checked
 
-        \mathcal L = w_H \big(\mathbb E_z[H(q(\cdot\mid z))] - \gamma\,
-        H(\mathbb E_z[q(\cdot\mid z)])\big) + \beta\,\overline{\lVert z - \operatorname{sg}[z_q]\rVert^2}
 
-    with the soft assignment :math:`q(c\mid z) \propto \exp(-\lVert z - c\rVert^2/\tau)`
-    (:func:`hardgrad.vq.lfq_entropy`; exact for ``dim`` <= 16), :math:`w_H` =
-    ``entropy_weight``, :math:`\gamma` = ``diversity_gamma`` and :math:`\beta` =
-    ``commitment_weight``.
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"Expected `{name}` to be a bool, but found {type(value).__name__}")
+    return value
 
-    Example:
-        >>> import torch, hardgrad as hg
-        >>> lfq = hg.nn.LFQ(3)
-        >>> z_q, indices, loss = lfq(torch.tensor([[0.5, -0.2, 1.5], [-1.0, 0.3, -0.1]]))
-        >>> z_q, indices
-        (tensor([[ 1., -1.,  1.],
-                [-1.,  1., -1.]]), tensor([5, 2]))
-    """
 
-    def __init__(
-        self,
-        dim: int,
-        *,
-        entropy_weight: float = 0.1,
-        diversity_gamma: float = 1.0,
-        commitment_weight: float = 0.25,
-        tau: float = 1.0,
-        surrogate: Any = "identity",
-        channel_dim: int = -1,
-    ) -> None:
-        super().__init__()
-        self.dim = check_int(dim, "dim", low=1, high=62)
-        self.entropy_weight = check_real(entropy_weight, "entropy_weight")
-        self.diversity_gamma = check_real(diversity_gamma, "diversity_gamma")
-        self.commitment_weight = check_real(commitment_weight, "commitment_weight")
-        self.tau = check_positive(tau, "tau")
-        self.surrogate = surrogate
-        self.channel_dim = check_int(channel_dim, "channel_dim")
-
-    @property
-    def codebook_size(self) -> int:
-        """The number of codes, :math:`2^d`."""
-        return 2**self.dim
-
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        d = _check_channels(z, self.channel_dim, self.dim, "the number of bits `dim`")
-        z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
-        compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
-        if z.numel() == 0:
-            return z_q, indices, z.new_zeros((), dtype=compute)
-        per_sample, codebook = _vq._lfq_entropy(z, d, self.tau)  # (z checked by lfq)
-        entropy = per_sample - self.diversity_gamma * codebook
-        commitment = F.mse_loss(z.to(compute), z_q.detach().to(compute))
-        loss = self.entropy_weight * entropy + self.commitment_weight * commitment
-        return z_q, indices, loss
-
-    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`)."""
-        return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
-
-    def extra_repr(self) -> str:
-        return (
-            f"dim={self.dim}, entropy_weight={self.entropy_weight}, "
-            f"diversity_gamma={self.diversity_gamma}, commitment_weight={self.commitment_weight}"
+def _check_init_codebook(value: Any, shape: tuple[int, ...]) -> Tensor | None:
+    """A detached CPU copy of ``init_codebook`` in the default dtype (checked)."""
+    if value is None:
+        return None
+    if not isinstance(value, Tensor) or not value.is_floating_point():
+        found = value.dtype if isinstance(value, Tensor) else type(value).__name__
+        raise TypeError(f"Expected `init_codebook` to be a floating tensor, but found {found}")
+    if tuple(value.shape) != shape:
+        raise ValueError(
+            f"Expected `init_codebook` of shape {shape}, but found {tuple(value.shape)}"
         )
+    copy = value.detach().to("cpu", torch.get_default_dtype(), copy=True)
+    if not bool(torch.isfinite(copy).all()):
+        raise ValueError("Expected `init_codebook` with finite values, but found inf or NaN")
+    return copy

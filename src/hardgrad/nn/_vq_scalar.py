@@ -1,0 +1,141 @@
+r"""The quantizers without a learned codebook: finite scalar quantization (:class:`FSQ`,
+Mentzer et al. 2023, https://arxiv.org/abs/2309.15505) and lookup-free quantization
+(:class:`LFQ`, Yu et al. 2023, https://arxiv.org/abs/2310.05737). The math is in
+:mod:`hardgrad.vq`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import vq as _vq
+from .._core.kernels import opmath_dtype
+from .._core.validation import check_all_finite, check_int, check_positive, check_real
+from ._vq_codebook import _check_channels
+
+
+class FSQ(nn.Module):
+    r"""Finite scalar quantization (Mentzer et al. 2023, https://arxiv.org/abs/2309.15505):
+    :func:`hardgrad.vq.fsq` with fixed ``levels``; no codebook, no auxiliary loss.
+
+    ``forward(z)`` returns ``(z_q, indices)``; ``z`` has ``len(levels)`` channels along
+    ``channel_dim``. :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> fsq = hg.nn.FSQ([8, 5, 5, 5])
+        >>> fsq, fsq.codebook_size
+        (FSQ(levels=(8, 5, 5, 5)), 1000)
+        >>> z_q, indices = fsq(torch.tensor([[0.3, -2.0, 0.1, 4.0]]))
+        >>> z_q, indices
+        (tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]]), tensor([885]))
+        >>> fsq.indices_to_codes(indices)
+        tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]])
+    """
+
+    def __init__(self, levels: Any, *, channel_dim: int = -1) -> None:
+        super().__init__()
+        self.levels = _vq._check_levels(levels)
+        self.channel_dim = check_int(channel_dim, "channel_dim")
+
+    @property
+    def codebook_size(self) -> int:
+        """The number of codes, :math:`\\prod_i L_i`."""
+        size = 1
+        for v in self.levels:
+            size *= v
+        return size
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
+        check_all_finite(z, "z")
+        return _vq._checked_fsq(z, self.levels, d)
+
+    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
+        return _vq.fsq_indices_to_codes(indices, self.levels, dim=self.channel_dim, dtype=dtype)
+
+    def codes_to_indices(self, codes: Tensor) -> Tensor:
+        """The indices of ``codes`` (:func:`hardgrad.vq.fsq_codes_to_indices`)."""
+        return _vq.fsq_codes_to_indices(codes, self.levels, dim=self.channel_dim)
+
+    def extra_repr(self) -> str:
+        return f"levels={self.levels}"
+
+
+class LFQ(nn.Module):
+    r"""Lookup-free quantization with its entropy loss (Yu et al. 2023, MAGVIT-v2,
+    https://arxiv.org/abs/2310.05737).
+
+    ``forward(z)`` returns ``(z_q, indices, loss)``: ``z_q = ±1`` per channel with a
+    straight-through gradient (:func:`hardgrad.vq.lfq`), and
+
+    .. math::
+
+        \mathcal L = w_H \big(\mathbb E_z[H(q(\cdot\mid z))] - \gamma\,
+        H(\mathbb E_z[q(\cdot\mid z)])\big) + \beta\,\overline{\lVert z - \operatorname{sg}[z_q]\rVert^2}
+
+    with the soft assignment :math:`q(c\mid z) \propto \exp(-\lVert z - c\rVert^2/\tau)`
+    (:func:`hardgrad.vq.lfq_entropy`; exact for ``dim`` <= 16), :math:`w_H` =
+    ``entropy_weight``, :math:`\gamma` = ``diversity_gamma`` and :math:`\beta` =
+    ``commitment_weight``.
+
+    Example:
+        >>> import torch, hardgrad as hg
+        >>> lfq = hg.nn.LFQ(3)
+        >>> z_q, indices, loss = lfq(torch.tensor([[0.5, -0.2, 1.5], [-1.0, 0.3, -0.1]]))
+        >>> z_q, indices
+        (tensor([[ 1., -1.,  1.],
+                [-1.,  1., -1.]]), tensor([5, 2]))
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        entropy_weight: float = 0.1,
+        diversity_gamma: float = 1.0,
+        commitment_weight: float = 0.25,
+        tau: float = 1.0,
+        surrogate: Any = "identity",
+        channel_dim: int = -1,
+    ) -> None:
+        super().__init__()
+        self.dim = check_int(dim, "dim", low=1, high=62)
+        self.entropy_weight = check_real(entropy_weight, "entropy_weight")
+        self.diversity_gamma = check_real(diversity_gamma, "diversity_gamma")
+        self.commitment_weight = check_real(commitment_weight, "commitment_weight")
+        self.tau = check_positive(tau, "tau")
+        self.surrogate = surrogate
+        self.channel_dim = check_int(channel_dim, "channel_dim")
+
+    @property
+    def codebook_size(self) -> int:
+        """The number of codes, :math:`2^d`."""
+        return 2**self.dim
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        d = _check_channels(z, self.channel_dim, self.dim, "the number of bits `dim`")
+        z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
+        compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
+        if z.numel() == 0:
+            return z_q, indices, z.new_zeros((), dtype=compute)
+        per_sample, codebook = _vq._lfq_entropy(z, d, self.tau)  # (z checked by lfq)
+        entropy = per_sample - self.diversity_gamma * codebook
+        commitment = F.mse_loss(z.to(compute), z_q.detach().to(compute))
+        loss = self.entropy_weight * entropy + self.commitment_weight * commitment
+        return z_q, indices, loss
+
+    def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`)."""
+        return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, entropy_weight={self.entropy_weight}, "
+            f"diversity_gamma={self.diversity_gamma}, commitment_weight={self.commitment_weight}"
+        )
