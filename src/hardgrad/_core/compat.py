@@ -15,7 +15,7 @@ from torch import Tensor
 #: Whether Dynamo drops a custom ``autograd.Function``'s backward for outputs that alias
 #: a tensor made inside ``forward`` (see :func:`fresh_output`): torch 2.11 and 2.12 (read
 #: once, at import).
-ALIASED_OUTPUT_LOSES_BACKWARD = torch.torch_version.TorchVersion(torch.__version__) < (2, 13)
+ALIASED_OUTPUT_LOSES_BACKWARD = torch.torch_version.TorchVersion(torch.__version__) < "2.13"
 
 
 def fresh_output(y: Tensor) -> Tensor:

@@ -347,7 +347,7 @@ def quantize_step_size(
     quant_min: int,
     quant_max: int,
     identity: bool,
-    grad_scale: float,
+    grad_scale: float | torch.SymFloat,
     unrounded: bool,
     step_bounds: tuple[float, float] | None = None,
 ) -> Tensor:

@@ -248,13 +248,13 @@ class LeafTracker:
             return
         try:
             if self.last_cuts:  # which cuts of the latest backward this step pays for
-                held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+                stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
                 for cut in self.last_cuts:
-                    cut.site.step_cut.update(k for k in cut.leaves if k in held)
-            held = sum(len(group["params"]) for group in optimizer.param_groups)
-            if self.optimizers.get(id(optimizer)) == held:  # known (a group added: look again)
+                    cut.site.step_cut.update(k for k in cut.leaves if k in stepped)
+            count = sum(len(group["params"]) for group in optimizer.param_groups)
+            if self.optimizers.get(id(optimizer)) == count:  # known (a group added: look again)
                 return
-            self.optimizers[id(optimizer)] = held
+            self.optimizers[id(optimizer)] = count
             user = frames.first_user(sys._getframe(1))
             where = frames.where(user) if user is not None else "?"
             for group in optimizer.param_groups:

@@ -211,23 +211,25 @@ class Taints:
                 bits >>= 1
                 index += 1
         names = [_term_name(t) for t in terms]
-        for labels, name in ghosts:
-            depends.append(set(labels))
+        for ghost_labels, name in ghosts:
+            depends.append(set(ghost_labels))
             names.append(name)
         # A draw read by a term whose gradient reaches its distribution (a log_prob term)
         # is trained there: the other terms that read it (a critic's Q(s, a)) cut nothing.
         scored: dict[Label, int] = {}
-        for index, labels in enumerate(depends):
-            for label in labels:
+        for index, term_labels in enumerate(depends):
+            for label in term_labels:
                 src = self.sources.get(label)
                 if src is not None and src.site.family is Family.SAMPLE:
                     bit = 1 << index
                     if any(leaf_clean.get(k, 0) & bit for k in src.leaves):
                         scored[label] = 1
         found: dict[Label, TermCut] = {}
-        for index, labels in enumerate(depends):
+        for index, term_labels in enumerate(depends):
             sources = [
-                (lb, self.sources[lb]) for lb in labels if lb in self.sources and lb not in scored
+                (lb, self.sources[lb])
+                for lb in term_labels
+                if lb in self.sources and lb not in scored
             ]
             excused: set[int] = set()
             for _, src in sources:
