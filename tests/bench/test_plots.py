@@ -57,3 +57,6 @@ def test_plot_command_writes_one_png_per_op_and_the_estimators(tmp_path, capsys)
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000
         assert str(out / name) in printed
+    image = pytest.importorskip("PIL.Image")
+    with image.open(out / "op_sign.png") as png:  # the figures' resolution, 150 dpi
+        assert round(png.info["dpi"][0]) == 150

@@ -160,6 +160,7 @@ def test_tiny_run_figure_and_notes(tiny_run: tuple[Path, Any, dict[str, Any]]) -
     assert (out / "qat_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "![qat_accuracy.png](qat_accuracy.png)" in report and "| LSQ 2-bit " in report
+    assert "Figure: qat_accuracy.png — test accuracy per precision" in report
     notes = result.notes
     assert any(n.startswith("Float baseline:") for n in notes)
     for bits in TINY.bits:

@@ -217,6 +217,8 @@ def test_tiny_run_curves_and_figures(tiny_run: tuple[Path, Any, dict[str, Any]])
     report = (out / "report.md").read_text()
     assert "closed-form var" in report and "![toy_curves.png](toy_curves.png)" in report
     assert "| disarm " in report and "DisARM's variance is at most" in report
+    # each figure under the table it shows, with its caption
+    assert report.index("### Optimisation at t =") < report.index("Figure: toy_curves.png — ")
     notes = document["tasks"]["toy"]["notes"]
     assert any(n.startswith("Closed forms:") and "0 failed" in n for n in notes)
 
