@@ -219,8 +219,14 @@ MODULES = {
     ),
     "FSQ": lambda: _FirstPlusLoss(hg.nn.FSQ([5, 5, 4, 3])),
     "LFQ": lambda: _FirstPlusLoss(hg.nn.LFQ(4)),
+    "ResidualVQ": lambda: _FirstPlusLoss(
+        torch.manual_seed(0) and hg.nn.ResidualVQ(2, 8, 4, codebook_update="ema")
+    ),
     "MoE": lambda: _FirstPlusLoss(torch.manual_seed(0) and hg.nn.MoE(4, num_experts=4, k=2)),
     "HardConcreteGate": lambda: hg.nn.HardConcreteGate(4),
+    # Weights and log_alpha from the global RNG: seeded, so that both instances agree.
+    "L0Linear": lambda: torch.manual_seed(0) and hg.nn.L0Linear(4, 3, local_rep=True),
+    "L0Conv2d": lambda: torch.manual_seed(0) and _AsImage(hg.nn.L0Conv2d(1, 2, 2, padding=1)),
     "LIF": lambda: _TwoSteps(hg.nn.LIF(torch.full((4,), 0.8), 0.5, learn_beta=True)),
     # Weights from the global RNG: seeded, so that both instances agree.
     "BinaryLinear": lambda: (

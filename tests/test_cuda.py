@@ -790,6 +790,9 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
     "MoE-default": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="default"),
     "HardConcreteGate": lambda g: hg.nn.HardConcreteGate(6, generator=g),
+    "L0Linear": lambda g: _InDtype(hg.nn.L0Linear(6, 6, generator=g)),
+    "L0Linear-local": lambda g: _InDtype(hg.nn.L0Linear(6, 6, local_rep=True, generator=g)),
+    "L0Conv2d": lambda g: _InDtype(hg.nn.L0Conv2d(6, 6, 1, generator=g)),
     "LIF": lambda g: _InDtype(hg.nn.LIF(torch.full((6,), 0.75), 0.5, learn_beta=True)),
     "LIF-zero-reset": lambda g: _InDtype(hg.nn.LIF(0.9, 0.25, reset="zero", surrogate="atan")),
     "BinaryLinear": lambda g: _InDtype(hg.nn.BinaryLinear(6, 6, scale=True, activations=True)),
@@ -874,7 +877,7 @@ def test_nn_module(key: str, dtype: torch.dtype, cuda_device) -> None:
         assert module.current_estimator().tau == pytest.approx(SCHEDULE(1))  # type: ignore[operator]
     with noise_from(cuda_device) as draws:
         _, cpu = run_module(key, dtype, torch.device("cpu"), decoy_generator())
-    assert bool(draws) == key.startswith(("Bernoulli", "Categorical", "HardConcreteGate"))
+    assert bool(draws) == key.startswith(("Bernoulli", "Categorical", "HardConcreteGate", "L0"))
     precision = dtype
     if key.startswith("Quantize"):
         # y = round(x / s) s with s a float32 parameter initialised from a batch mean

@@ -109,6 +109,8 @@ SPECS: dict[str, tuple[Callable[[], nn.Module], Callable[..., Any], bool]] = {
     "LFQ": (lambda: hg.nn.LFQ(H), _tuple, False),
     "MoE": (lambda: hg.nn.MoE(H, num_experts=3, k=2), _tuple, False),
     "HardConcreteGate": (lambda: hg.nn.HardConcreteGate(H), _gate, False),
+    "L0Linear": (lambda: hg.nn.L0Linear(H, H), _gate, False),
+    "L0Conv2d": (lambda: hg.nn.L0Conv2d(H, H, 1), _image, False),
     "LIF": (
         lambda: hg.nn.LIF(0.8, 0.7, learn_beta=True, learn_threshold=True),
         _spiking,
@@ -259,7 +261,7 @@ def _rank_results(rank: int, outdir: Path) -> dict[str, Any]:
         model = _build(name)
         if any(True for _ in model.inner.parameters()):
             fully_shard(model.inner, mesh=mesh)
-        if name == "HardConcreteGate":  # l0() reads the parameters outside forward
+        if name in ("HardConcreteGate", "L0Linear"):  # l0() reads the parameters outside forward
             register_fsdp_forward_method(model.inner, "l0")
         fully_shard(model, mesh=mesh)
 

@@ -120,6 +120,7 @@ VQ_MODULES = {
     "VectorQuantize": lambda d, dtype: hg.nn.VectorQuantize(5, d),
     "FSQ": lambda d, dtype: hg.nn.FSQ([3, 5, 4][:d] + [2] * max(d - 3, 0)),
     "LFQ": lambda d, dtype: hg.nn.LFQ(d),
+    "ResidualVQ": lambda d, dtype: hg.nn.ResidualVQ(2, 5, d),
     # (not a quantizer, but the same contract: (y, indices, loss), y shaped like the input)
     "MoE": lambda d, dtype: hg.nn.MoE(d, num_experts=3, k=2),
 }
@@ -143,6 +144,8 @@ LAYER_MODULES: dict[str, Callable[[int], tuple[torch.nn.Module, tuple[int, ...]]
     "BinaryConv2d": lambda f: (hg.nn.BinaryConv2d(f, 2, 1, weights="ternary"), (f, 2, 2)),
     "QuantLinear": lambda f: (hg.nn.QuantLinear(f, 3, weight_bits=3, act_bits=4), (f,)),
     "QuantConv2d": lambda f: (hg.nn.QuantConv2d(f, 2, 1, weight_bits=2, act_bits=2), (f, 2, 2)),
+    "L0Linear": lambda f: (hg.nn.L0Linear(f, 3, local_rep=True), (f,)),
+    "L0Conv2d": lambda f: (hg.nn.L0Conv2d(f, 2, 1), (f, 2, 2)),
 }
 
 

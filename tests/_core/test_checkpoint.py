@@ -139,6 +139,8 @@ STATEFUL = {
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
     "MoE": lambda: hg.nn.MoE(3, num_experts=4, k=2),
     "HardConcreteGate": lambda: hg.nn.HardConcreteGate(3, beta=0.5),
+    "L0Linear": lambda: hg.nn.L0Linear(3, 2, temperature=0.5),
+    "L0Conv2d": lambda: hg.nn.L0Conv2d(1, 2, 3, limit_a=-0.2),
     "LIF": lambda: hg.nn.LIF(torch.full((3,), 0.9), learn_beta=True, reset="zero"),
     "BinaryLinear": lambda: hg.nn.BinaryLinear(3, 2, scale=True),
     "BinaryConv2d": lambda: hg.nn.BinaryConv2d(1, 2, 3, weights="ternary"),
