@@ -218,6 +218,7 @@ def test_options_in_half_and_single_precision(dtype):
     assert torch.isfinite(z.grad).all()
 
 
+@pytest.mark.slow
 def test_options_compile_with_a_changing_batch():
     torch.manual_seed(0)
     vq = hg.nn.VectorQuantize(

@@ -15,7 +15,8 @@ math. One private module per family:
 * ``_spiking``: leaky integrate-and-fire neurons with surrogate gradients (Neftci et al.
   2019, https://arxiv.org/abs/1901.09948).
 * ``_vq``: vector quantization with a codebook (van den Oord et al. 2017,
-  https://arxiv.org/abs/1711.00937), FSQ (https://arxiv.org/abs/2309.15505) and LFQ
+  https://arxiv.org/abs/1711.00937), residual VQ (SoundStream,
+  https://arxiv.org/abs/2107.03312), FSQ (https://arxiv.org/abs/2309.15505) and LFQ
   (https://arxiv.org/abs/2310.05737).
 * ``_moe``: a mixture-of-experts layer (Shazeer et al. 2017, https://arxiv.org/abs/1701.06538;
   Fedus et al. 2021, https://arxiv.org/abs/2101.03961).
@@ -49,6 +50,7 @@ from ._quantize import Quantize
 from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical
 from ._vq import VectorQuantize
+from ._vq_residual import ResidualVQ
 from ._vq_scalar import FSQ, LFQ
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "QuantConv2d",
     "QuantLinear",
     "Quantize",
+    "ResidualVQ",
     "Round",
     "Sign",
     "VectorQuantize",
