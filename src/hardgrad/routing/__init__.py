@@ -13,6 +13,10 @@ Papers:
   (2024), https://arxiv.org/abs/2409.12136.
 * DenseMixer (sparse forward, dense router gradient): Yao et al. (2025),
   https://fengyao.notion.site/moe-posttraining, code https://github.com/yaof20/DenseMixer.
+* Noisy top-k gating (learned noise scale, the importance and load losses):
+  Shazeer et al. (2017), https://arxiv.org/abs/1701.06538; reference code
+  tensor2tensor ``utils/expert_utils.py``.
+* The router z-loss: Zoph et al. (2022), ST-MoE, https://arxiv.org/abs/2202.08906.
 * Default MoE (EMA default outputs for the unselected experts): Panda et al. (2025),
   https://arxiv.org/abs/2504.12463.
 * Gumbel top-k sampling without replacement (Plackett-Luce): Kool, van Hoof & Welling
@@ -44,6 +48,11 @@ every other estimator's gradient for the same objective, so that
 :func:`hardgrad.diagnostics.compare` can measure them all against the exact gradient
 (``dist=hg.routing.TopK(k)``).
 
+Auxiliary losses: :func:`load_balancing_loss` (Switch), :func:`router_z_loss` (ST-MoE) and,
+for noisy top-k gating, :func:`noisy_logits`, :func:`prob_in_top_k` (the smooth load, with
+the threshold that ``topk_route(..., return_threshold=True)`` returns) and
+:func:`cv_squared` (the importance and load losses).
+
 Every function refuses, naming the argument, integer or sparse logits (``TypeError``),
 indices that are not dense int64 (``TypeError``) and, while validation is on
 (:func:`hardgrad.set_validation`), inf or NaN logits (``ValueError``). An empty batch
@@ -52,9 +61,10 @@ indices that are not dense int64 (``TypeError``) and, while validation is on
 
 from __future__ import annotations
 
-from ._balance import load_balancing_loss
+from ._balance import cv_squared, load_balancing_loss, router_z_loss
 from ._dense_mixer import dense_mixer, unselected_experts, unselected_gates
 from ._expectation import enumerate_routes, expectation
+from ._noisy import noisy_logits, prob_in_top_k
 from ._settings import NORMALIZATIONS, ROUTING_ESTIMATORS, SparseMixer, TopK
 from ._topk import topk_route
 
@@ -63,10 +73,14 @@ __all__ = [
     "ROUTING_ESTIMATORS",
     "SparseMixer",
     "TopK",
+    "cv_squared",
     "dense_mixer",
     "enumerate_routes",
     "expectation",
     "load_balancing_loss",
+    "noisy_logits",
+    "prob_in_top_k",
+    "router_z_loss",
     "topk_route",
     "unselected_experts",
     "unselected_gates",

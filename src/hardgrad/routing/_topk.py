@@ -6,12 +6,13 @@ docstring has the papers and notation)."""
 from __future__ import annotations
 
 import math
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
 
 from .. import estimators as _estimators
-from .._core.validation import check_all_finite
+from .._core.validation import check_all_finite, check_real
 from ..stochastic._checks import _check_generator
 from ._settings import SparseMixer, _check_logits, _check_normalize, _resolve
 from ._sparse_mixer import _sparsemixer
@@ -19,26 +20,54 @@ from ._sparse_mixer import _sparsemixer
 # --------------------------------------------------------------------------- gates
 
 
-def _weights(logits: Tensor, indices: Tensor, normalize: str) -> Tensor:
+def _renormalized(top: Tensor, eps: float) -> Tensor:
+    """``top / (top.sum() + eps)`` along the last dim (no addition when ``eps`` is 0)."""
+    total = top.sum(-1, keepdim=True)
+    return top / (total + eps if eps else total)
+
+
+def _weights(logits: Tensor, indices: Tensor, normalize: str, eps: float = 0.0) -> Tensor:
     """The gates of the experts ``indices`` (last dim) for logits (..., E), autograd-able."""
     if normalize == "none":
         return torch.softmax(logits, -1).gather(-1, indices)
     if normalize == "selected":
         return torch.softmax(logits.gather(-1, indices), -1)
-    top = torch.softmax(logits, -1).gather(-1, indices)
-    return top / top.sum(-1, keepdim=True)
+    return _renormalized(torch.softmax(logits, -1).gather(-1, indices), eps)
 
 
-def _deterministic(logits: Tensor, k: int, normalize: str) -> tuple[Tensor, Tensor]:
-    """Standard top-k softmax routing along the last dim, written as the models write it."""
+def _deterministic(
+    logits: Tensor, k: int, normalize: str, eps: float = 0.0, threshold: bool = False
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Standard top-k softmax routing along the last dim, written as the models write it;
+    with ``threshold``, one top-(k+1) also gives the (k+1)-th largest logit."""
+    m = k + 1 if threshold and k < logits.shape[-1] else k
     if normalize == "selected":
-        top, indices = torch.topk(logits, k, -1)
-        return torch.softmax(top, -1), indices
+        top, indices = torch.topk(logits, m, -1)
+        bar = _threshold_of(logits, top[..., k:], threshold)
+        return torch.softmax(top[..., :k], -1), indices[..., :k], bar
     probs = torch.softmax(logits, -1)
-    top, indices = torch.topk(probs, k, -1)
+    top, indices = torch.topk(probs, m, -1)
+    bar = _threshold_of(logits, logits.gather(-1, indices[..., k:]), threshold)
+    top, indices = top[..., :k], indices[..., :k]
     if normalize == "none":
-        return top, indices
-    return top / top.sum(-1, keepdim=True), indices
+        return top, indices, bar
+    return _renormalized(top, eps), indices, bar
+
+
+def _threshold_of(logits: Tensor, rest: Tensor, wanted: bool) -> Tensor | None:
+    """The (k+1)-th largest logit ``rest`` (..., 1), or -inf (..., 1) when k = E."""
+    if not wanted:
+        return None
+    if rest.shape[-1]:
+        return rest
+    return logits.new_full((*logits.shape[:-1], 1), -math.inf)
+
+
+def _kth_plus_one(logits: Tensor, k: int) -> Tensor:
+    """The (k+1)-th largest logit along the last dim (-inf when k = E), differentiable."""
+    if k == logits.shape[-1]:
+        return logits.new_full((*logits.shape[:-1], 1), -math.inf)
+    return torch.topk(logits, k + 1, -1).values[..., k:]
 
 
 # --------------------------------------------------------------------------- stochastic
@@ -68,17 +97,49 @@ def _stochastic(
     chosen: _estimators.Estimator,
     normalize: str,
     generator: torch.Generator | None,
+    eps: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     samples, indices = _gumbel_topk(logits, k, chosen, generator)
     if normalize == "none":
         w = torch.softmax(logits, -1)  # the full softmax: a one-hot's relaxation sees every p_j
     else:  # defined on the drawn set only
-        w = torch.zeros_like(logits).scatter(-1, indices, _weights(logits, indices, normalize))
+        drawn = _weights(logits, indices, normalize, eps)
+        w = torch.zeros_like(logits).scatter(-1, indices, drawn)
     gates = (samples * w).sum(-1)  # (k, ...): exactly w at the drawn expert (the rest add +0)
     return gates.movedim(0, -1), indices
 
 
 # --------------------------------------------------------------------------- the op
+
+
+@overload
+def topk_route(
+    logits: Tensor,
+    k: int,
+    *,
+    dim: int = -1,
+    estimator: str | SparseMixer | _estimators.Estimator = "sparse",
+    normalize: str | None = None,
+    generator: torch.Generator | None = None,
+    training: bool = True,
+    eps: float = 0.0,
+    return_threshold: Literal[False] = False,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def topk_route(
+    logits: Tensor,
+    k: int,
+    *,
+    dim: int = -1,
+    estimator: str | SparseMixer | _estimators.Estimator = "sparse",
+    normalize: str | None = None,
+    generator: torch.Generator | None = None,
+    training: bool = True,
+    eps: float = 0.0,
+    return_threshold: Literal[True],
+) -> tuple[Tensor, Tensor, Tensor]: ...
 
 
 def topk_route(
@@ -90,7 +151,9 @@ def topk_route(
     normalize: str | None = None,
     generator: torch.Generator | None = None,
     training: bool = True,
-) -> tuple[Tensor, Tensor]:
+    eps: float = 0.0,
+    return_threshold: bool = False,
+) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
     r"""Top-k mixture-of-experts routing: gate weights and selected experts, with a chosen
     router gradient.
 
@@ -159,17 +222,31 @@ def topk_route(
         generator: randomness of the sampling estimators.
         training: SparseMixer's training mode (sampling and :math:`\omega`); ignored by
             the others.
+        eps: added to the sum in ``normalize="renormalize"``,
+            :math:`g_i = p_i / (\sum_{j\in S} p_j + \epsilon)` (what much hand-written MoE
+            code does with 1e-6; DeepSeek-V3's uses 1e-20); default 0, the exact
+            renormalisation. Must be 0 for the other normalisations and SparseMixer.
+            DenseMixer's unselected share (:func:`dense_mixer`) keeps
+            :math:`s = \sum_{j \in S} p_j`, an :math:`O(\epsilon)` difference.
+        return_threshold: also return the (k+1)-th largest entry of ``logits`` along
+            ``dim`` (for the deterministic forms, from the same top-k call), the
+            threshold of noisy top-k gating's load estimator
+            (:func:`hardgrad.routing.prob_in_top_k`), so that a load loss needs no second
+            top-k. Of the logits' shape with ``dim`` of size 1, differentiable (its
+            gradient goes to that logit); -inf where ``k`` = E.
 
     Returns:
         ``(gates, indices)``: gates of the logits' dtype and int64 indices, both of the
         logits' shape with ``dim`` of size ``k`` (slot order: decreasing for the
-        deterministic forms, drawing order for the sampled ones).
+        deterministic forms, drawing order for the sampled ones); with
+        ``return_threshold=True``, ``(gates, indices, threshold)``.
 
     Raises:
         TypeError: non-floating ``logits``; ``k`` not an int; bad ``estimator`` type.
         ValueError: ``k < 1`` or ``k > E``; unknown ``estimator`` or ``normalize``;
             SparseMixer with ``k > 2`` (``k > 1`` for version 1) or with ``normalize``;
-            inf or NaN logits.
+            inf or NaN logits; ``eps`` negative, not finite, or nonzero without
+            ``"renormalize"``.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -183,6 +260,8 @@ def topk_route(
         >>> g = torch.Generator().manual_seed(0)
         >>> hg.topk_route(logits, 2, estimator="st_gumbel", generator=g)[1]  # drawn
         tensor([[1, 3]])
+        >>> hg.topk_route(logits, 2, return_threshold=True)[2]   # the 3rd largest logit
+        tensor([[1.]], grad_fn=<GatherBackward0>)
     """
     k, d = _check_logits(logits, k, dim)
     chosen = _resolve(estimator)
@@ -202,15 +281,44 @@ def topk_route(
                 f"found k={k}"
             )
     norm = _check_normalize("renormalize" if normalize is None else normalize)
+    eps = _check_eps(eps, norm)
+    if eps and isinstance(chosen, SparseMixer):
+        raise ValueError(
+            f"Expected `eps`=0 for SparseMixer (its gates are its own), but found eps={eps!r}"
+        )
+    if not isinstance(return_threshold, bool):
+        raise TypeError(
+            f"Expected `return_threshold` to be a bool, but found {type(return_threshold).__name__}"
+        )
     check_all_finite(logits, "logits")
     last = d == logits.dim() - 1
     moved = logits if last else logits.movedim(d, -1)
+    threshold = None
     if isinstance(chosen, str):
-        gates, indices = _deterministic(moved, k, norm)
+        gates, indices, threshold = _deterministic(moved, k, norm, eps, return_threshold)
     elif isinstance(chosen, SparseMixer):
         gates, indices = _sparsemixer(moved, k, chosen, training, generator)
     else:
-        gates, indices = _stochastic(moved, k, chosen, norm, generator)
-    if last:
-        return gates, indices
-    return gates.movedim(-1, d), indices.movedim(-1, d)
+        gates, indices = _stochastic(moved, k, chosen, norm, generator, eps)
+    if return_threshold and threshold is None:
+        threshold = _kth_plus_one(moved, k)
+    if not last:
+        gates, indices = gates.movedim(-1, d), indices.movedim(-1, d)
+        threshold = None if threshold is None else threshold.movedim(-1, d)
+    if threshold is not None:
+        return gates, indices, threshold
+    return gates, indices
+
+
+def _check_eps(eps: object, normalize: str) -> float:
+    """The renormalisation's ``eps``: a finite float >= 0, nonzero only for
+    ``"renormalize"``."""
+    value = check_real(eps, "eps")
+    if not 0 <= value < math.inf:
+        raise ValueError(f"Expected `eps` >= 0 and finite, but found eps={eps!r}")
+    if value and normalize != "renormalize":
+        raise ValueError(
+            f"Expected `eps`=0 unless normalize='renormalize' (the only form that divides "
+            f"by a sum), but found eps={eps!r} with normalize={normalize!r}"
+        )
+    return value
