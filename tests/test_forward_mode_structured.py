@@ -53,6 +53,19 @@ CASES = {
         top2_solver, num_samples=5, generator=gen(3)
     ).fenchel_young_loss(v, top2_solver(torch.arange(float(D), dtype=v.dtype).expand(N, D))),
     "identity_solver": lambda v: hg.identity_solver(top2_solver)(v),
+    "perturbed/multiplicative-loo": lambda v: hg.perturbed(
+        top2_solver,
+        noise="normal",
+        perturbation="multiplicative",
+        baseline="leave_one_out",
+        num_samples=5,
+        generator=gen(2),
+    )(v),
+    "fenchel_young/multiplicative-mean": lambda v: hg.perturbed(
+        top2_solver, noise="normal", perturbation="multiplicative", num_samples=5, generator=gen(3)
+    ).fenchel_young_loss(
+        v, top2_solver(torch.arange(float(D), dtype=v.dtype).expand(N, D)), reduction="mean"
+    ),
 }
 
 

@@ -27,55 +27,115 @@ from ._noise import _noise
 
 #: Noise distributions of :func:`perturbed`.
 PERTURBED_NOISES = ("gumbel", "normal")
+#: Perturbations of :func:`perturbed`: added, or a factor (sign-preserving).
+_PERTURBATIONS = ("additive", "multiplicative")
+#: Baselines of :func:`perturbed`'s gradient estimate.
+_BASELINES = ("none", "leave_one_out")
+#: Reductions of :meth:`PerturbedSolver.fenchel_young_loss` over the batch.
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _perturb(theta: Tensor, noise: Tensor, sigma: float, multiplicative: bool) -> Tensor:
+    r"""The ``(M, N, *event)`` stack of perturbed scores: :math:`\theta + \sigma Z_m`, or
+    :math:`\theta \odot e^{\sigma Z_m - \sigma^2/2}` (``theta`` in the compute dtype)."""
+    if multiplicative:
+        return theta.unsqueeze(0) * _factor(noise, sigma)
+    return theta.unsqueeze(0) + sigma * noise
+
+
+def _factor(noise: Tensor, sigma: float) -> Tensor:
+    r"""The multiplicative perturbation's log-normal factor :math:`e^{\sigma Z - \sigma^2/2}`
+    (mean 1)."""
+    return torch.exp(sigma * noise - 0.5 * sigma * sigma)
+
+
+def _score(noise: Tensor, kind: str, baseline: str) -> Tensor:
+    r"""The noise's score :math:`\nabla\nu(Z_m)` (mean 0), centred over the samples for the
+    leave-one-out baseline: :math:`\frac{M}{M-1}(s_m - \bar s) = s_m - \frac{1}{M-1}
+    \sum_{j\ne m} s_j`."""
+    score = noise if kind == "normal" else 1.0 - torch.exp(-noise)  # grad of -log density
+    m = noise.shape[0]
+    if baseline == "leave_one_out" and m > 1:
+        score = (score - score.mean(0, keepdim=True)) * (m / (m - 1))
+    return score
+
+
+def _over_theta(x: Tensor, theta: Tensor) -> Tensor:
+    r"""``x / theta`` (the multiplicative perturbation's chain rule through
+    :math:`\log|\theta|`), 0 where ``theta`` is 0: there the perturbation cannot move the
+    score and the smoothed map has no derivative."""
+    nonzero = theta != 0
+    return torch.where(nonzero, x / torch.where(nonzero, theta, torch.ones_like(theta)), 0.0)
 
 
 @cached_signature
 class _Perturbed(torch.autograd.Function):
-    """Forward: the mean (or the unperturbed solution) of ``solver(theta + sigma Z_m)``;
-    backward: Berthet et al.'s Jacobian estimate."""
+    """Forward: the mean (or the unperturbed solution) of ``solver(theta + sigma Z_m)`` (or
+    of ``theta * exp(sigma Z_m - sigma^2 / 2)``); backward: Berthet et al.'s Jacobian
+    estimate."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(
-        theta: Tensor, noise: Tensor, solver: Solver, sigma: float, kind: str, hard: bool
+        theta: Tensor,
+        noise: Tensor,
+        solver: Solver,
+        sigma: float,
+        kind: str,
+        hard: bool,
+        multiplicative: bool,
+        baseline: str,
     ) -> tuple[Tensor, Tensor]:
-        ys = _solve_samples(solver, opmath(theta).unsqueeze(0) + sigma * noise, theta.dtype)
+        scores = _perturb(opmath(theta), noise, sigma, multiplicative)
+        ys = _solve_samples(solver, scores, theta.dtype)
         y = _solve(solver, theta) if hard else ys.mean(0).to(theta.dtype)
         return fresh_output(y), ys
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        _, noise, _, sigma, kind, _ = inputs
+        theta, noise, _, sigma, kind, _, multiplicative, baseline = inputs
         mark_non_differentiable(ctx, output[1])
-        ctx.save_for_backward(noise, output[1])
-        ctx.sigma, ctx.kind = sigma, kind
+        ctx.save_for_backward(noise, output[1], theta if multiplicative else None)
+        ctx.sigma, ctx.kind, ctx.multiplicative, ctx.baseline = (
+            sigma, kind, multiplicative, baseline
+        )  # fmt: skip
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_ys: Any) -> tuple[Tensor | None, ...]:
-        noise, ys = ctx.saved_tensors
-        score = noise if ctx.kind == "normal" else 1.0 - torch.exp(-noise)  # grad of -log density
+        noise, ys, theta = ctx.saved_tensors
+        score = _score(noise, ctx.kind, ctx.baseline)
         inner = _inner(opmath(grad).unsqueeze(0), ys)
-        return (inner * score).mean(0).div(ctx.sigma).to(grad.dtype), None, None, None, None, None
+        out = (inner * score).mean(0).div(ctx.sigma)
+        if ctx.multiplicative:
+            out = _over_theta(out, opmath(theta))
+        return (out.to(grad.dtype),) + (None,) * 7
 
 
 @cached_signature
 class _PerturbedFenchelYoung(torch.autograd.Function):
     """Forward: the perturbed Fenchel-Young loss (without the constant Omega(target));
-    backward: ``y_sigma(theta) - target``."""
+    backward: ``y_sigma(theta) - target`` (the samples weighted by their factors for a
+    multiplicative perturbation)."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(
-        theta: Tensor, target: Tensor, noise: Tensor, solver: Solver, sigma: float
+        theta: Tensor,
+        target: Tensor,
+        noise: Tensor,
+        solver: Solver,
+        sigma: float,
+        multiplicative: bool,
     ) -> tuple[Tensor, Tensor]:
-        perturbed = opmath(theta).unsqueeze(0) + sigma * noise
+        perturbed = _perturb(opmath(theta), noise, sigma, multiplicative)
         ys = _solve_samples(solver, perturbed, theta.dtype)
         value = _inner(perturbed, ys).mean(0) - _inner(
             opmath(theta).unsqueeze(0), opmath(target).unsqueeze(0)
         ).squeeze(0)
-        return fresh_output(value.reshape(theta.shape[:1]).to(theta.dtype)), ys.mean(0)
+        mean = (ys * _factor(noise, sigma)).mean(0) if multiplicative else ys.mean(0)
+        return fresh_output(value.reshape(theta.shape[:1]).to(theta.dtype)), mean
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -87,7 +147,7 @@ class _PerturbedFenchelYoung(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor, _grad_mean: Any) -> tuple[Tensor | None, ...]:
         target, mean = ctx.saved_tensors
         g = opmath(grad).reshape(grad.shape + (1,) * (mean.dim() - 1))
-        return (g * (mean - opmath(target))).to(grad.dtype), None, None, None, None
+        return (g * (mean - opmath(target))).to(grad.dtype), None, None, None, None, None
 
 
 # --------------------------------------------------------------------------- forward mode
@@ -101,18 +161,22 @@ class _PerturbedFenchelYoung(torch.autograd.Function):
 class _PerturbedJVP(_Perturbed):
     r""":math:`\dot y = \frac{1}{M\sigma}\sum_m y_m \langle s_m, \dot\theta\rangle`, the
     transpose of backward's :math:`\frac{1}{M\sigma}\sum_m s_m \langle g, y_m\rangle` (:math:`s_m`
-    the noise's score)."""
+    the noise's score, centred for the baseline; :math:`\dot\theta/\theta` for a
+    multiplicative perturbation)."""
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
         _Perturbed.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(inputs[1], output[1])
+        ctx.save_for_forward(inputs[1], output[1], inputs[0] if inputs[6] else None)
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_rest: Any) -> tuple[Tensor, None]:
-        noise, ys = ctx.saved_tensors
-        score = noise if ctx.kind == "normal" else 1.0 - torch.exp(-noise)
-        inner = _inner(opmath(tangent).unsqueeze(0), score)
+        noise, ys, theta = ctx.saved_tensors
+        score = _score(noise, ctx.kind, ctx.baseline)
+        t = opmath(tangent)
+        if ctx.multiplicative:
+            t = _over_theta(t, opmath(theta))
+        inner = _inner(t.unsqueeze(0), score)
         return (inner * ys).mean(0).div(ctx.sigma).to(tangent.dtype), None
 
 
@@ -149,11 +213,20 @@ class PerturbedSolver(_SolverLayer):
         sigma: float,
         num_samples: int,
         hard: bool,
+        perturbation: str,
+        baseline: str,
         minimize: bool,
         generator: torch.Generator | None,
     ) -> None:
         self.solver = _check_solver(solver)
         self.noise = _check_choice(noise, "noise", PERTURBED_NOISES)
+        self.perturbation = _check_choice(perturbation, "perturbation", _PERTURBATIONS)
+        if perturbation == "multiplicative" and noise != "normal":
+            raise ValueError(
+                "Expected `noise='normal'` for perturbation='multiplicative' (the factor "
+                f"exp(sigma Z - sigma^2 / 2) of a standard normal Z), but found noise={noise!r}"
+            )
+        self.baseline = _check_choice(baseline, "baseline", _BASELINES)
         self.sigma = check_positive(sigma, "sigma")
         self.num_samples = check_int(num_samples, "num_samples", low=1)
         self.hard = _check_bool(hard, "hard")
@@ -161,18 +234,26 @@ class PerturbedSolver(_SolverLayer):
         self.generator = _check_generator(generator)
 
     def _settings(self) -> str:
+        extra = "" if self.perturbation == "additive" else ", perturbation='multiplicative'"
+        if self.baseline != "none":
+            extra += f", baseline={self.baseline!r}"
         return (
             f"noise={self.noise!r}, sigma={self.sigma}, num_samples={self.num_samples}, "
-            f"hard={self.hard}, minimize={self.minimize}"
+            f"hard={self.hard}{extra}, minimize={self.minimize}"
         )
 
     def __call__(self, theta: Tensor) -> Tensor:
         scores, solver = self._scores(theta)
         z = _noise(self.noise, scores, self.num_samples, self.generator)
-        y, _ = apply_function(_Perturbed, scores, z, solver, self.sigma, self.noise, self.hard)
+        mult = self.perturbation == "multiplicative"
+        y, _ = apply_function(
+            _Perturbed, scores, z, solver, self.sigma, self.noise, self.hard, mult, self.baseline
+        )
         return self._unbatch(theta, y)
 
-    def fenchel_young_loss(self, theta: Tensor, target: Tensor) -> Tensor:
+    def fenchel_young_loss(
+        self, theta: Tensor, target: Tensor, *, reduction: str = "none"
+    ) -> Tensor:
         r"""The perturbed Fenchel-Young loss of ``theta`` against the solutions ``target``.
 
         .. math::
@@ -186,7 +267,13 @@ class PerturbedSolver(_SolverLayer):
         :math:`\nabla_\theta \ell = y_\sigma(\theta) - y`, with :math:`y_\sigma` estimated by
         the mean of the same samples (Berthet et al. 2020, Prop. 4.1); convex in
         :math:`\theta`, no Jacobian estimate needed. With ``minimize=True``, ``theta`` are
-        costs and :math:`\theta = -c` inside. ``target`` gets no gradient.
+        costs and :math:`\theta = -c` inside. ``target`` gets no gradient. For the
+        multiplicative perturbation :math:`\theta \odot F_m`,
+        :math:`F_m = e^{\sigma Z_m - \sigma^2/2}`, the same Danskin argument gives
+        :math:`\nabla_\theta F_\sigma = E[F \odot y^*(\theta \odot F)]`, estimated by
+        :math:`\frac1M\sum_m F_m \odot y_m` (PyEPO's ``perturbedFenchelYoungMul``).
+        ``reduction``: ``"none"`` (one value per batch entry, the default), ``"mean"`` (over
+        the batch, as PyEPO's default; 0 for an empty batch) or ``"sum"``.
 
         Example:
             >>> import torch, hardgrad as hg
@@ -206,11 +293,15 @@ class PerturbedSolver(_SolverLayer):
                 f"shape {tuple(target.shape)}"
             )
         z = _noise(self.noise, scores, self.num_samples, self.generator)
+        _check_choice(reduction, "reduction", _REDUCTIONS)
         loss, _ = apply_function(
             _PerturbedFenchelYoung, scores, target.detach().reshape(scores.shape), z, solver,
-            self.sigma,
+            self.sigma, self.perturbation == "multiplicative",
         )  # fmt: skip
-        return self._unbatch(theta, loss)
+        loss = self._unbatch(theta, loss)
+        if reduction == "sum" or (reduction == "mean" and loss.numel() == 0):
+            return loss.sum()  # an empty batch: 0, not torch's NaN mean
+        return loss.mean() if reduction == "mean" else loss
 
 
 def perturbed(
@@ -220,6 +311,8 @@ def perturbed(
     sigma: float = 1.0,
     num_samples: int = 10,
     hard: bool = False,
+    perturbation: str = "additive",
+    baseline: str = "none",
     minimize: bool = False,
     generator: torch.Generator | None = None,
 ) -> PerturbedSolver:
@@ -252,12 +345,31 @@ def perturbed(
     more solver call; the backward is unchanged: a straight-through use of the perturbed
     Jacobian). :meth:`PerturbedSolver.fenchel_young_loss` gives the matching loss.
 
+    ``perturbation="multiplicative"`` (with ``noise="normal"``; Dalle et al. 2022,
+    https://arxiv.org/abs/2207.13513, PyEPO's ``perturbedOptMul``) perturbs by a factor of
+    mean 1 that keeps every score's sign, :math:`\theta \odot e^{\sigma Z_m - \sigma^2/2}`:
+    an additive Gaussian perturbation of :math:`\log|\theta|`, so the estimate is the one
+    above with :math:`\nabla\nu(Z_m) = Z_m` divided elementwise by :math:`\theta` (0 where
+    :math:`\theta = 0`, where the perturbation cannot move the score).
+
+    ``baseline="leave_one_out"`` (PyEPO's ``variance_reduction``) subtracts from each
+    sample's :math:`\langle \partial L/\partial y, y_m\rangle` the mean of the other
+    :math:`M - 1`. It is unbiased for the same gradient: the baseline :math:`b_m` is
+    independent of :math:`Z_m` and :math:`E[\nabla\nu(Z)] = 0` (for the normal and the
+    Gumbel score alike), so :math:`E[b_m\nabla\nu(Z_m)] = 0`. Equivalently the scores are
+    centred, :math:`\nabla\nu(Z_m) \to \frac{M}{M-1}\big(\nabla\nu(Z_m) -
+    \overline{\nabla\nu(Z)}\big)`. No effect for :math:`M = 1`.
+
     Args:
         solver: ``solver(theta) -> y`` for a batch ``(N, *event)``; see :mod:`hardgrad.solvers`.
         noise: ``"gumbel"`` or ``"normal"``.
         sigma: noise scale, > 0.
         num_samples: :math:`M`, >= 1.
         hard: forward the unperturbed solution instead of the mean.
+        perturbation: ``"additive"`` (:math:`\theta + \sigma Z`) or ``"multiplicative"``
+            (:math:`\theta \odot e^{\sigma Z - \sigma^2/2}`, normal noise only).
+        baseline: ``"none"`` or ``"leave_one_out"`` (unbiased; a control variate whose
+            effect on the variance depends on the problem).
         minimize: the solver minimises :math:`\langle c, y\rangle`; the layer takes costs.
         generator: the source of the noise (the global RNG when None).
 
@@ -268,6 +380,12 @@ def perturbed(
         >>> theta = torch.tensor([[2.0, 1.0, 0.0]])
         >>> layer(theta), torch.softmax(theta, -1)
         (tensor([[0.6732, 0.2385, 0.0883]]), tensor([[0.6652, 0.2447, 0.0900]]))
+        >>> argmin = lambda c: hg.one_hot_argmax(-c)  # positive costs, sign kept
+        >>> mul = hg.perturbed(argmin, noise="normal", perturbation="multiplicative",
+        ...                    baseline="leave_one_out", sigma=0.5, num_samples=1000,
+        ...                    minimize=True, generator=g)
+        >>> mul(torch.tensor([[1.0, 1.5, 3.0]]))
+        tensor([[0.6840, 0.2760, 0.0400]])
     """
     return PerturbedSolver(
         solver,
@@ -275,6 +393,8 @@ def perturbed(
         sigma=sigma,
         num_samples=num_samples,
         hard=hard,
+        perturbation=perturbation,
+        baseline=baseline,
         minimize=minimize,
         generator=generator,
     )
