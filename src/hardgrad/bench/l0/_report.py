@@ -41,7 +41,6 @@ def _plot(
         fig,
         out,
         "l0.png",
-        caption=f"test accuracy against weights removed, one point per lambda, mean over "
-        f"{seeds} seed(s) ({spread}).",
+        caption=f"test accuracy against weights removed, one point per lambda; {spread}.",
         table="L0 pruning on",
     )

@@ -118,7 +118,8 @@ def _plot(
         ax.set_title(label, fontsize=9)
     spread = spread_caption(config.seeds)
     fig.suptitle(
-        quick_title(f"toy MoE, {config.experts} experts, top-{config.k} ({spread})", quick, config),
+        quick_title(f"toy MoE, {config.experts} experts, top-{config.k}", quick, config)
+        + f"\n{spread}",
         fontsize=9,
     )
     return save_figure(
@@ -126,6 +127,6 @@ def _plot(
         Path(out),
         "moe.png",
         caption=f"router-gradient cosine to the exact gradient, routing accuracy and test MSE "
-        f"per router gradient, mean over {config.seeds} seed(s) ({spread}).",
+        f"per router gradient; {spread}.",
         table="Toy MoE (",
     )

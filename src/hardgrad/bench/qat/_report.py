@@ -231,7 +231,7 @@ def plot_accuracy(
     ax.set_title(
         quick_title(f"QAT MLP {'-'.join(map(str, config.hidden))}: accuracy per precision",
                     quick, config)
-        + f"\nmean over {config.seeds} seed(s); {caption}",
+        + f"\n{caption}",
         fontsize=9,
     )  # fmt: skip
     legend_outside(ax, fontsize=8)
@@ -239,7 +239,6 @@ def plot_accuracy(
         fig,
         out,
         "qat_accuracy.png",
-        caption=f"test accuracy per precision and quantizer gradient, mean over "
-        f"{config.seeds} seed(s) ({caption}); dashed: float.",
+        caption=f"test accuracy per precision and quantizer gradient; {caption}; dashed: float.",
         table="Test accuracy (%) per configuration",
     )

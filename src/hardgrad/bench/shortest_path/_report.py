@@ -87,7 +87,6 @@ def _plot(
         fig,
         out,
         "shortest_path.png",
-        caption=f"test regret per gradient method (lower is better), mean over {seeds} "
-        f"seed(s) ({spread}).",
+        caption=f"test regret per gradient method (lower is better); {spread}.",
         table="Shortest path on",
     )

@@ -128,12 +128,11 @@ def _plot(
         category_labels(ax, names, fontsize=8)
         ax.set_title(label, fontsize=9)
     spread = spread_caption(seeds)
-    fig.suptitle(quick_title(f"VQ-VAE bottlenecks ({spread})", quick, config), fontsize=10)
+    fig.suptitle(quick_title("VQ-VAE bottlenecks", quick, config) + f"\n{spread}", fontsize=10)
     return save_figure(
         fig,
         out,
         "vq.png",
-        caption=f"test reconstruction MSE, codebook usage and perplexity per quantizer, mean "
-        f"over {seeds} seed(s) ({spread}).",
+        caption=f"test reconstruction MSE, codebook usage and perplexity per quantizer; {spread}.",
         table="VQ-VAE on",
     )
