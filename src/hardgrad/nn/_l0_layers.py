@@ -66,8 +66,10 @@ class _L0Layer(SettingsInState):
     """What :class:`L0Linear` and :class:`L0Conv2d` share: the gates, the penalties."""
 
     weight: Tensor
-    bias: Tensor | None
+    bias: Any
     log_alpha: nn.Parameter
+    training: bool
+    _parameters: dict[str, Any]
     droprate_init: float
     temperature: float
     limit_a: float
@@ -382,7 +384,7 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
         dilation: Any = 1,
         groups: int = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
+        padding_mode: Any = "zeros",
         *,
         droprate_init: float = 0.5,
         temperature: float = _gates.BETA,
@@ -452,13 +454,14 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
         """The spatial size ``(H', W')`` of the output for an input of size ``(H, W)``."""
         if self.padding == "same":
             return (int(input_size[0]), int(input_size[1]))
-        padding = (0, 0) if self.padding == "valid" else self.padding
-        return tuple(  # type: ignore[return-value]
+        padding: tuple[int, ...] = (0, 0) if self.padding == "valid" else self.padding  # type: ignore[assignment]
+        h, w = (
             (int(n) + 2 * p - d * (k - 1) - 1) // s + 1
             for n, p, d, k, s in zip(
                 input_size, padding, self.dilation, self.kernel_size, self.stride, strict=True
             )
         )
+        return h, w
 
     def expected_flops(self, input_size: tuple[int, int] | None = None) -> Tensor:
         """The expected floating-point operations of one example's forward (see above),
