@@ -643,7 +643,8 @@ def run_structured(key: str, n: int, dtype: torch.dtype, device: torch.device) -
     return {"y": (y.detach(), dtype), "x.grad": (x.grad, dtype)}
 
 
-@pytest.mark.parametrize("n", [6, 300])  # 300: the soft sorts' blocks by PAV (hardgrad.sorting._isotonic)
+# n = 300: the soft sorts pool blocks by PAV (hardgrad.sorting._isotonic)
+@pytest.mark.parametrize("n", [6, 300])
 @pytest.mark.parametrize("key", list(STRUCTURED))
 def test_sorting_and_solvers(key: str, n: int, dtype: torch.dtype, cuda_device) -> None:
     """Values and gradients on the device, in dtype, finite, reproducible and the CPU's
