@@ -246,3 +246,22 @@ def test_grpo_monte_carlo_mean_is_its_exact_biased_expectation(aggregation):
     assert (z.abs() < Z_MAX).all(), z
     scaled = GRAD_J * (expected @ GRAD_J) / (GRAD_J @ GRAD_J)  # best multiple of grad J
     assert z_scores(grads, scaled).abs().max() > 8
+
+
+# ------------------------------------------------------------------ the library's enumeration
+
+
+@pytest.mark.parametrize("aggregation", ["token-sum", "sequence-mean", "token-mean"])
+@pytest.mark.parametrize("name", ["rloo", "grpo"])
+def test_library_group_enumeration_matches_the_one_written_here(name, aggregation):
+    """hardgrad.policy._estimators._expected_gradient_weights (used by
+    hg.diagnostics.compare_sequence_estimators) against exact_expectation above."""
+    from hardgrad.policy._estimators import _expected_gradient_weights
+
+    for n in (2, 3):
+        c = _expected_gradient_weights(ADVANTAGES[name], aggregation, PROB, REW, LEN, n)
+        torch.testing.assert_close(grad_of(c), exact_expectation(ADVANTAGES[name], aggregation, n))
+    with pytest.raises(ValueError, match="max_groups"):
+        _expected_gradient_weights(P.rloo_advantages, "token-sum", PROB, REW, LEN, 6)
+    with pytest.raises(ValueError, match="aggregation"):
+        _expected_gradient_weights(P.rloo_advantages, "mean", PROB, REW, LEN, 2)

@@ -143,6 +143,54 @@ def _rewards(reward: Any, sequences: Tensor) -> Tensor:
     return values
 
 
+@dataclass(frozen=True)
+class _Enumeration:
+    """Every sequence of a small policy once, from :func:`_enumerate`.
+
+    ``sequences`` ``(M, L)`` in lexicographic order (with ``eos_token``, one representative per
+    ended sequence); ``per_token`` ``(M, L)`` log-probabilities with gradient (0 after the
+    end); ``ended`` ``(M, L)`` True after the end; ``node_logprobs`` the log-probabilities of
+    the tree's nodes (prefix, next token) with gradient, each position's ``log_softmax`` rows
+    ``(V**t, V)`` flattened and concatenated; ``nodes`` ``(M, L)`` long, the node of each
+    token (``per_token == node_logprobs[nodes]`` where not ended)."""
+
+    sequences: Tensor
+    per_token: Tensor
+    ended: Tensor
+    node_logprobs: Tensor
+    nodes: Tensor
+
+
+def _enumerate(
+    policy: Policy, vocab_size: int, length: int, eos_token: int | None, device: torch.device
+) -> _Enumeration:
+    """Every sequence with its log-probabilities (checked arguments; see :class:`_Enumeration`)."""
+    count = vocab_size**length
+    index = torch.arange(count, device=device)
+    powers = vocab_size ** torch.arange(length - 1, -1, -1, device=device)
+    sequences = (index[:, None] // powers) % vocab_size  # lexicographic order
+    ended = _ended_before(sequences, eos_token)
+    keep = None
+    if eos_token is not None:  # one representative per ended sequence: eos after the end
+        keep = (~ended | (sequences == eos_token)).all(dim=1)
+    token_logprobs, nodes, tree, offset = [], [], [], 0
+    for t in range(length):
+        prefixes = sequences[:: vocab_size ** (length - t), :t]  # all V^t prefixes, in order
+        logp = torch.log_softmax(_next_logits(policy, prefixes, vocab_size), dim=-1)
+        row = index // vocab_size ** (length - t)
+        token_logprobs.append(logp[row, sequences[:, t]])
+        nodes.append(offset + row * vocab_size + sequences[:, t])
+        tree.append(logp.reshape(-1))
+        offset += logp.numel()
+    per_token = torch.stack(token_logprobs, dim=1)
+    per_token = torch.where(ended, torch.zeros_like(per_token), per_token)
+    node_index = torch.stack(nodes, dim=1)
+    if keep is not None:
+        sequences, per_token, ended = sequences[keep], per_token[keep], ended[keep]
+        node_index = node_index[keep]
+    return _Enumeration(sequences, per_token, ended, torch.cat(tree), node_index)
+
+
 def exact_sequence_gradient(
     policy: Policy,
     reward: Reward,
@@ -211,24 +259,9 @@ def exact_sequence_gradient(
             f"enumerate, but found {vocab_size}**{length} = {count}; use "
             f"sampled_sequence_gradient for larger spaces"
         )
-    device = items[0].device
-    index = torch.arange(count, device=device)
-    powers = vocab_size ** torch.arange(length - 1, -1, -1, device=device)
-    sequences = (index[:, None] // powers) % vocab_size  # lexicographic order
-    ended = _ended_before(sequences, eos_token)
-    keep = None
-    if eos_token is not None:  # one representative per ended sequence: eos after the end
-        keep = (~ended | (sequences == eos_token)).all(dim=1)
-    token_logprobs = []
-    for t in range(length):
-        prefixes = sequences[:: vocab_size ** (length - t), :t]  # all V^t prefixes, in order
-        logp = torch.log_softmax(_next_logits(policy, prefixes, vocab_size), dim=-1)
-        token_logprobs.append(logp[index // vocab_size ** (length - t), sequences[:, t]])
-    per_token = torch.stack(token_logprobs, dim=1)
-    per_token = torch.where(ended, torch.zeros_like(per_token), per_token)
-    logprobs = per_token.sum(dim=1)
-    if keep is not None:
-        sequences, logprobs, ended = sequences[keep], logprobs[keep], ended[keep]
+    tree = _enumerate(policy, vocab_size, length, eos_token, items[0].device)
+    sequences, ended = tree.sequences, tree.ended
+    logprobs = tree.per_token.sum(dim=1)
     rewards = _rewards(reward, sequences)
     value = (logprobs.exp() * rewards.to(logprobs.dtype)).sum()
     grads = torch.autograd.grad(value, items, allow_unused=True)

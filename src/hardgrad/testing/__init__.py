@@ -11,6 +11,9 @@ when it does).
   surrogate, in every floating dtype, at discontinuities and at large magnitudes.
 * :func:`assert_unbiased` — a seeded z-test of an estimator's mean gradient against the
   exact gradient by enumeration, with its false-failure rate stated and controlled.
+* :func:`assert_unbiased_advantages` — the same z-test for your own policy-gradient
+  advantage function (rewards and group ids -> advantages) on a small autoregressive policy,
+  against the exact gradient over all its sequences.
 * :func:`assert_compiles` — a function compiles with ``torch.compile(fullgraph=True)`` and
   gives the eager values and gradients.
 
@@ -39,11 +42,13 @@ Example:
 from ._compiles import assert_compiles
 from ._straight_through import assert_straight_through, default_inputs
 from ._unbiased import UnbiasednessTest, assert_unbiased
+from ._unbiased_advantages import assert_unbiased_advantages
 
 __all__ = [
     "UnbiasednessTest",
     "assert_compiles",
     "assert_straight_through",
     "assert_unbiased",
+    "assert_unbiased_advantages",
     "default_inputs",
 ]

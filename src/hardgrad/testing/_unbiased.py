@@ -141,6 +141,27 @@ def assert_unbiased(
         ...
         AssertionError: st: BIASED; max |z| = ...
     """
+    _check_test_args(num_draws, false_failure_rate)
+    exact = exact_gradient(f, logits, dist=dist, dim=dim).to(torch.float64)
+    draws = gradient_samples(
+        f,
+        logits,
+        estimator=estimator,
+        dist=dist,
+        num_draws=num_draws,
+        num_samples=num_samples,
+        dim=dim,
+        generator=generator,
+    ).to(torch.float64)
+    name = estimator if isinstance(estimator, str) else _describe(estimator)
+    result = _z_test(name, draws, exact, torch.finfo(logits.dtype).eps, false_failure_rate)
+    if not result.passed:
+        raise AssertionError(f"{result}; worst coordinates: {_worst(result)}")
+    return result
+
+
+def _check_test_args(num_draws: object, false_failure_rate: object) -> None:
+    """``num_draws`` an int >= 2, ``false_failure_rate`` a float in (0, 1)."""
     if isinstance(num_draws, bool) or not isinstance(num_draws, int):
         raise TypeError(f"Expected `num_draws` to be an int, but found {type(num_draws).__name__}")
     if num_draws < 2:
@@ -154,20 +175,16 @@ def assert_unbiased(
         raise ValueError(
             f"Expected 0 < `false_failure_rate` < 1, but found false_failure_rate={false_failure_rate}"
         )
-    exact = exact_gradient(f, logits, dist=dist, dim=dim).to(torch.float64)
-    draws = gradient_samples(
-        f,
-        logits,
-        estimator=estimator,
-        dist=dist,
-        num_draws=num_draws,
-        num_samples=num_samples,
-        dim=dim,
-        generator=generator,
-    ).to(torch.float64)
+
+
+def _z_test(
+    name: str, draws: Tensor, exact: Tensor, eps: float, false_failure_rate: float
+) -> UnbiasednessTest:
+    """The Bonferroni z-test of :func:`assert_unbiased` on float64 ``draws`` ``(M, *shape)``
+    against ``exact`` (``eps``: the machine epsilon of the computation, for rounding)."""
+    num_draws = draws.shape[0]
     mean = draws.mean(0)
     standard_error = draws.std(0) / math.sqrt(num_draws)
-    eps = torch.finfo(logits.dtype).eps
     scale = max(1.0, float(exact.abs().max()), float(mean.abs().max())) if exact.numel() else 1.0
     rounding = 64 * eps * scale
     difference = mean - exact
@@ -180,8 +197,7 @@ def assert_unbiased(
     tested = max(1, int(noisy.sum()))
     threshold = _upper_normal_quantile(false_failure_rate / (2 * tested))
     passed = bool((z.abs() <= threshold).all())
-    name = estimator if isinstance(estimator, str) else _describe(estimator)
-    result = UnbiasednessTest(
+    return UnbiasednessTest(
         estimator=name,
         num_draws=num_draws,
         false_failure_rate=false_failure_rate,
@@ -193,9 +209,6 @@ def assert_unbiased(
         rounding=rounding,
         passed=passed,
     )
-    if not passed:
-        raise AssertionError(f"{result}; worst coordinates: {_worst(result)}")
-    return result
 
 
 def _describe(estimator: Estimator) -> str:
