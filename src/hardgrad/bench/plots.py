@@ -109,6 +109,7 @@ def plot_estimators(out: Path, *, phi: float = 0.5, t: float = 0.45, draws: int 
         axis.axvline(float(values.mean()), color="tab:red", linewidth=1)
         axis.set_title(f"{name}\nmean {values.mean():.4f}, std {values.std():.3f}", fontsize=9)
         axis.tick_params(labelsize=7)
+        axis.locator_params(axis="x", nbins=4)  # tick labels that do not collide
     for axis in list(axes.flat)[len(names) :]:
         axis.set_visible(False)
     fig.suptitle(

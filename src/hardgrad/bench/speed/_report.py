@@ -364,7 +364,7 @@ def plot(ops: dict[str, Any], names: list[str], out: Path, *, quick: bool = Fals
     median = "median over interleaved rounds"
     ax.set_title(
         quick_title(
-            f"speed: forward+backward time ratio ({median}; lower is better, target ≤ 1)",
+            f"speed: hardgrad / fastest alternative, forward+backward ({median}; target ≤ 1)",
             quick,
             "shorter timing, a compiled subset",
         ),
