@@ -44,11 +44,14 @@ def _deterministic(
     if normalize == "selected":
         top, indices = torch.topk(logits, m, -1)
         bar = _threshold_of(logits, top[..., k:], threshold)
-        return torch.softmax(top[..., :k], -1), indices[..., :k], bar
+        if m > k:
+            top, indices = top[..., :k], indices[..., :k]
+        return torch.softmax(top, -1), indices, bar
     probs = torch.softmax(logits, -1)
     top, indices = torch.topk(probs, m, -1)
-    bar = _threshold_of(logits, logits.gather(-1, indices[..., k:]), threshold)
-    top, indices = top[..., :k], indices[..., :k]
+    bar = _threshold_of(logits, logits.gather(-1, indices[..., k:]), True) if threshold else None
+    if m > k:
+        top, indices = top[..., :k], indices[..., :k]
     if normalize == "none":
         return top, indices, bar
     return _renormalized(top, eps), indices, bar
