@@ -16,17 +16,17 @@ The problems, row by row (last dimension), with a decreasing solution:
 The solution is constant on blocks of consecutive entries. Finding the blocks is the only
 non-smooth step, done without gradient in one of two ways:
 
-* pool-adjacent-violators (PAV): a left-to-right scan that merges a new entry's block with
-  its predecessors while their values violate the order; :math:`O(n)` per row, a Python
-  scan run as the opaque operator ``hardgrad::isotonic_blocks`` (so ``torch.compile``
-  keeps one graph and ``torch.vmap`` batches it), on the CPU in float64;
+* pool-adjacent-violators (PAV): merging adjacent blocks whose values violate the order
+  until none do, all rows at once in batched tensor passes (:mod:`hardgrad.sorting._pav`),
+  in float64, run as the opaque operator ``hardgrad::isotonic_blocks`` (so
+  ``torch.compile`` keeps one graph and ``torch.vmap`` batches it);
 * the min-max formula :math:`v_i = \min_{j \le i}\max_{k \ge i} m(j, k)` (:math:`m(j, k)`
   the value of the block :math:`j..k`): a handful of batched tensor operations on the
   input's device, but :math:`O(n^2)` time and memory per row.
 
 :func:`block_statistics` uses the min-max formula for rows shorter than
 :data:`PAV_MIN_LENGTH` (CPU; :data:`PAV_MIN_LENGTH_ACCELERATOR` elsewhere), where its
-batched kernels beat a Python scan, and PAV from there on, and returns each entry's block statistics (means or log-sum-exps of ``s`` and ``w``
+batched kernels win, and PAV from there on, and returns each entry's block statistics (means or log-sum-exps of ``s`` and ``w``
 over its block) as differentiable tensors: autograd gives PAV's Jacobian exactly,
 :math:`1/|B|` on the block's entries (``"l2"``) or their :math:`\operatorname{softmax}_B`
 (``"kl"``), and exact second derivatives on both paths. The min-max path picks the statistics out of the :math:`n \times n` tables of
@@ -36,96 +36,35 @@ all blocks' statistics; the PAV path sums over the blocks (scatter-add), in
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ._pav import pav_starts
+
 __all__ = ["PAV_MIN_LENGTH", "PAV_MIN_LENGTH_ACCELERATOR", "block_statistics"]
 
 #: CPU rows of at least this many entries find their blocks by pool-adjacent-violators
-#: (:math:`O(n)`, a Python scan); shorter rows by the batched min-max formula
-#: (:math:`O(n^2)`). Measured on 2 CPU cores (soft_rank forward and backward): PAV is
-#: faster from 32 entries at batches up to 64 (n = 64: 1.7 vs 3.5 ms at batch 64; n = 128:
-#: 3.0 vs 24 ms; n = 1024: 20 ms vs 3.3 s), the min-max formula below.
+#: (batched passes, :math:`O(n)` memory); shorter rows by the batched min-max formula
+#: (:math:`O(n^2)`). Measured on 2 CPU cores with the sequential (Python) PAV this
+#: replaced (soft_rank forward and backward): PAV faster from 32 entries at batches up to
+#: 64 (n = 64: 1.7 vs 3.5 ms at batch 64; n = 128: 3.0 vs 24 ms; n = 1024: 20 ms vs 3.3 s).
 PAV_MIN_LENGTH = 32
-#: The same threshold for tensors on other devices, where PAV also pays a copy to the CPU
-#: and back and the min-max formula's kernels run in parallel. Not measured on a GPU yet.
+#: The same threshold for tensors on other devices, where every PAV pass waits for the
+#: device (one sync per pass) and the min-max formula's kernels run in parallel. Not
+#: measured on a GPU yet.
 PAV_MIN_LENGTH_ACCELERATOR = 256
 
 
 # --------------------------------------------------------------------------- PAV
 
 
-def _pav_l2(y: list[float]) -> list[int]:
-    """Block starts of the decreasing least-squares fit of ``y``, one per entry."""
-    starts: list[int] = []
-    totals: list[float] = []
-    counts: list[int] = []
-    for i, total in enumerate(y):
-        start, count = i, 1
-        # Merge while the previous block's mean is below this block's (v must decrease).
-        while totals and totals[-1] / counts[-1] < total / count:
-            start = starts.pop()
-            total += totals.pop()
-            count += counts.pop()
-        starts.append(start)
-        totals.append(total)
-        counts.append(count)
-    return _expand(starts, counts)
-
-
-def _log_add_exp(a: float, b: float) -> float:
-    if a < b:
-        a, b = b, a
-    return a + math.log1p(math.exp(b - a))
-
-
-def _pav_kl(s: list[float], w: list[float]) -> list[int]:
-    """Block starts of the decreasing ``"kl"`` isotonic solution, one per entry."""
-    starts: list[int] = []
-    tops: list[float] = []  # log sum_B e^s
-    bottoms: list[float] = []  # log sum_B e^w
-    counts: list[int] = []
-    for i, (top, bottom) in enumerate(zip(s, w, strict=True)):
-        start, count = i, 1
-        while tops and tops[-1] - bottoms[-1] < top - bottom:
-            start = starts.pop()
-            top = _log_add_exp(top, tops.pop())
-            bottom = _log_add_exp(bottom, bottoms.pop())
-            count += counts.pop()
-        starts.append(start)
-        tops.append(top)
-        bottoms.append(bottom)
-        counts.append(count)
-    return _expand(starts, counts)
-
-
-def _expand(starts: list[int], counts: list[int]) -> list[int]:
-    out: list[int] = []
-    for start, count in zip(starts, counts, strict=True):
-        out.extend([start] * count)
-    return out
-
-
 @torch.library.custom_op("hardgrad::isotonic_blocks", mutates_args=())
 def _pav_blocks(s: Tensor, w: Tensor, kl: bool) -> Tensor:
     """PAV's block start of every entry of the rows of ``s`` and ``w`` (int64, ``s``'s shape
-    and device), computed on the CPU in float64."""
-    n = s.shape[-1]
-    rows_s = s.detach().reshape(-1, n).to("cpu", torch.float64)
-    rows_w = w.detach().reshape(-1, n).to("cpu", torch.float64)
-    if kl:
-        starts = [_pav_kl(a, b) for a, b in zip(rows_s.tolist(), rows_w.tolist(), strict=True)]
-    else:
-        # y = s - w over a power of two >= 2n: every block's sum stays finite for any
-        # finite entries, and the scaling changes no comparison of means.
-        scale = 2.0 ** -(2 * n).bit_length()
-        y = (rows_s * scale - rows_w * scale).tolist()
-        starts = [_pav_l2(row) for row in y]
-    out = torch.tensor(starts, dtype=torch.int64).reshape(s.shape)
-    return out.to(s.device)
+    and device), computed in float64 (see :mod:`hardgrad.sorting._pav`)."""
+    return pav_starts(s, w, kl)
 
 
 @_pav_blocks.register_fake

@@ -1,0 +1,110 @@
+"""The batched pool-adjacent-violators (hardgrad.sorting._pav) against an independent
+sequential PAV written here (float64 Python scalars): the same blocks, entry for entry, on
+the problems the soft sorts solve, at ties, large magnitudes, n = 1 and 2, rows of 1000,
+with and without the cascades and the sequential finish."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hardgrad.sorting._pav as pav
+
+
+def reference_starts(s: list[float], w: list[float], kl: bool) -> list[int]:
+    """Sequential PAV for the decreasing fit: block values mean(s - w) (l2) or
+    log sum e^s - log sum e^w (kl); merge while the previous block's value is below."""
+    blocks: list[list[float]] = []  # [start, count, a, b]
+    for i, (a, b) in enumerate(zip(s, w, strict=True)):
+        start, count = i, 1
+        a, b = (a, b) if kl else (a - b, 0.0)
+        while blocks:
+            p_start, p_count, pa, pb = blocks[-1]
+            prev = pa - pb if kl else pa / p_count
+            cur = a - b if kl else a / count
+            if not prev < cur:
+                break
+            blocks.pop()
+            start, count = p_start, count + p_count
+            if kl:
+                a = max(a, pa) + math.log1p(math.exp(-abs(a - pa)))
+                b = max(b, pb) + math.log1p(math.exp(-abs(b - pb)))
+            else:
+                a += pa
+        blocks.append([start, count, a, b])
+    out: list[int] = []
+    for start, count, _, _ in blocks:
+        out += [int(start)] * int(count)
+    return out
+
+
+def problems(x: torch.Tensor, eps: float):
+    """(s, w, kl) of soft_rank and soft_sort (descending, as _soft passes them)."""
+    n = x.shape[-1]
+    rho = torch.arange(n, 0, -1, dtype=torch.float64).expand_as(x).contiguous()
+    s = torch.sort(x / eps, -1, descending=True).values
+    w = torch.sort(x, -1, descending=True).values
+    return [(s, rho, False), (s, rho.log(), True), (rho / eps, w, False), (rho / eps, w, True)]
+
+
+def check(x: torch.Tensor, eps: float) -> None:
+    for s, w, kl in problems(x, eps):
+        got = pav.pav_starts(s, w, kl)
+        assert got.dtype == torch.int64 and got.shape == s.shape
+        for row_s, row_w, row in zip(s.tolist(), w.tolist(), got.tolist(), strict=True):
+            assert row == reference_starts(row_s, row_w, kl), (kl, eps)
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.3, 1.0, 10.0, 300.0])
+@pytest.mark.parametrize("n", [1, 2, 3, 37, 100])
+def test_blocks_equal_the_sequential_scan(n, eps):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(6, n, generator=g, dtype=torch.float64) * 3
+    x[1] = torch.round(x[1])  # ties
+    x[2, ::2] = x[2, 0]  # many equal entries
+    x[3] = 0.25  # constant row: one block (rank) or none pooled (sort)
+    check(x, eps)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e6, 1e30])
+def test_blocks_at_large_and_small_magnitudes(scale):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 50, generator=g, dtype=torch.float64) * scale
+    x[0, :3] = torch.tensor([scale * 1e3, -scale * 1e3, 0.0], dtype=torch.float64)
+    # kl with |s| in the 1e30s: exp of the differences is 0 or 1, as in the scan.
+    check(x, 1.0)
+
+
+def test_rows_of_1000_and_the_sequential_finish(monkeypatch):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 1000, generator=g, dtype=torch.float64)
+    for eps in (0.05, 1.0, 100.0):
+        check(x, eps)
+    # One batched pass, then the Python scan over the blocks left.
+    monkeypatch.setattr(pav, "MAX_PASSES", 1)
+    check(x[:, :200], 1.0)
+    check(x[:, :200], 100.0)
+
+
+def test_float32_input_is_read_exactly():
+    """Blocks are found in float64 from the float32 values, the same as from their float64
+    copies."""
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    for (s32, w32, kl), (s64, w64, _) in zip(
+        problems(x, 0.7), problems(x.double(), 0.7), strict=True
+    ):
+        assert torch.equal(pav.pav_starts(s32, w32, kl), pav.pav_starts(s64, w64, kl))
+
+
+def test_empty_and_batched_shapes():
+    s = torch.randn(2, 3, 0)
+    assert pav.pav_starts(s, s, False).shape == (2, 3, 0)
+    s = torch.randn(0, 5)
+    assert pav.pav_starts(s, s, True).shape == (0, 5)
+    x = torch.randn(2, 3, 40, dtype=torch.float64)
+    rho = torch.arange(40, 0, -1, dtype=torch.float64).expand_as(x)
+    s = torch.sort(x, -1, descending=True).values
+    flat = pav.pav_starts(s.reshape(6, 40), rho.reshape(6, 40), False).reshape(2, 3, 40)
+    assert torch.equal(pav.pav_starts(s, rho, False), flat)
