@@ -340,3 +340,41 @@ def test_compile_with_a_changing_batch(name):
         for a, b in zip(compiled_module.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["experts", "noisy-capacity"])
+def test_torch_func_grad_is_autograd(name):
+    """Under torch.func the layer takes its static-shape path (every expert on every token)."""
+    torch.manual_seed(0)
+    if name == "experts":
+        moe = hg.nn.MoE(4, k=2, experts=[nn.Linear(4, 4) for _ in range(3)]).double()
+    else:
+        moe = hg.nn.MoE(4, num_experts=4, k=2, capacity_factor=0.75, noisy_gating=True).double()
+    params = {k: v.detach() for k, v in moe.named_parameters()}
+    x = _x(6)
+
+    def loss(p):
+        torch.manual_seed(1)
+        y, _, _ = torch.func.functional_call(moe, p, (x,))
+        return y.square().sum() + moe.aux_losses["load"] + moe.aux_losses["router_z"]
+
+    got = torch.func.grad(loss)(params)
+    want = torch.autograd.grad(loss(dict(moe.named_parameters())), list(moe.parameters()))
+    for a, b in zip(got.values(), want, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_vmap_of_prob_in_top_k_over_tokens():
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randn(5, 4, generator=g)
+    noisy = clean + torch.randn(5, 4, generator=g)
+    std = torch.rand(5, 4, generator=g) + 0.1
+
+    def one(c, n, s):
+        _, i, t = hg.topk_route(n.unsqueeze(0), 2, return_threshold=True)
+        return hg.routing.prob_in_top_k(c[None], n[None], s[None], i, t)[0]
+
+    _, i, t = hg.topk_route(noisy, 2, return_threshold=True)
+    torch.testing.assert_close(
+        torch.vmap(one)(clean, noisy, std), hg.routing.prob_in_top_k(clean, noisy, std, i, t)
+    )

@@ -101,8 +101,8 @@ class MoE(SettingsInState, nn.Module):
     small weight, e.g. 0.01). An input of another floating dtype than the parameters is
     computed in the parameters' dtype and ``y`` cast back to the input's.
 
-    After each forward, ``aux_losses`` is a dict of scalar losses on the logits the router
-    routed on (:math:`H` with noisy gating in training), each with its gradient; choose
+    After each forward, ``aux_losses`` (computed when first read) is a dict of scalar
+    losses on the logits the router routed on (:math:`H` with noisy gating in training), each with its gradient; choose
     and weight the ones to train with:
 
     * ``"load_balancing"``: the returned ``loss`` (the same tensor);
@@ -236,10 +236,21 @@ class MoE(SettingsInState, nn.Module):
         if resolved == "default":
             self.register_buffer("default_outputs", torch.zeros(e, o))
             self.register_buffer("default_seen", torch.zeros(e, dtype=torch.bool))
-        self.aux_losses: dict[str, Tensor] = {}
+        self._aux_inputs: tuple[Any, ...] | None = None
+        self._aux_losses: dict[str, Tensor] | None = None
         self.capacity: int | None = None
         self.dropped = torch.zeros((), dtype=torch.int64)
         self.dropped_fraction = torch.zeros(())
+
+    @property
+    def aux_losses(self) -> dict[str, Tensor]:
+        """The last forward's auxiliary losses (see above), computed on first access
+        (a forward that nobody asks them of pays nothing); ``{}`` before any forward."""
+        if self._aux_losses is None:
+            if self._aux_inputs is None:
+                return {}
+            self._aux_losses = _aux.aux_losses(*self._aux_inputs)
+        return self._aux_losses
 
     def reset_parameters(self) -> None:
         """Each built-in expert's layers initialised as :class:`torch.nn.Linear` initialises
@@ -350,19 +361,6 @@ class MoE(SettingsInState, nn.Module):
             return _dispatch.dense_modules(self.experts, rows, indices, self.out_features)
         return _dispatch.dense_mlps(self._weights(), rows, indices)
 
-    def _kept_outputs(self, rows: Tensor, indices: Tensor, keep: Tensor) -> Tensor:
-        """:meth:`experts_at` with the dropped pairs not evaluated in eager mode (zeros
-        there); under compile every pair is evaluated and the gates mask them."""
-        if not eager_plain(rows) or rows.shape[0] == 0:
-            return self.experts_at(rows, indices)
-        flat_keep = keep.reshape(-1)
-        kept = flat_keep.nonzero().squeeze(-1)
-        token = kept.div(self.k, rounding_mode="floor")
-        out = rows.new_zeros(flat_keep.shape[0], self.out_features)
-        if kept.numel():
-            out = out.index_copy(0, kept, self.expert_pairs(rows[token], indices.reshape(-1)[kept]))
-        return out.reshape(*indices.shape, self.out_features)
-
     def _capacity_keep(self, indices: Tensor) -> Tensor:
         """Which (token, slot) assignments fit the capacity (see the class docstring)."""
         keep, self.capacity = _aux.capacity_keep(
@@ -416,7 +414,7 @@ class MoE(SettingsInState, nn.Module):
             keep = self._capacity_keep(indices)
             routed = gates
             gates = torch.where(keep, gates, torch.zeros_like(gates))
-            outputs = self._kept_outputs(rows, indices, keep)
+            outputs = _dispatch.kept_outputs(self, rows, indices, keep)
             self.dropped = (~keep).sum()
             self.dropped_fraction = self.dropped / max(keep.numel(), 1)
         else:
@@ -444,9 +442,14 @@ class MoE(SettingsInState, nn.Module):
 
                 y = _dense_mixer(y, logits, indices, unselected, normalize)
         loss = routing.load_balancing_loss(logits, indices, num_experts=self.num_experts)
-        self.aux_losses = _aux.aux_losses(
-            loss, logits, routed, indices, (clean, std, threshold) if smooth_load else None
+        self._aux_inputs = (
+            loss,
+            logits,
+            routed,
+            indices,
+            (clean, std, threshold) if smooth_load else None,
         )
+        self._aux_losses = None
         return (
             y.reshape(*batch, self.out_features).to(x.dtype),
             indices.reshape(*batch, self.k),

@@ -5,9 +5,12 @@ expert in eager mode and dense (every expert on every token) where shapes must b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from .._core.kernels import eager_plain
 
 
 def inverse_permutation(order: Tensor) -> Tensor:
@@ -90,3 +93,18 @@ def dense_modules(
     )
     token = torch.arange(rows.shape[0], device=rows.device).unsqueeze(-1)
     return out[indices, token]
+
+
+def kept_outputs(moe: Any, rows: Tensor, indices: Tensor, keep: Tensor) -> Tensor:
+    """``moe.experts_at(rows, indices)`` with the pairs that ``keep`` drops not evaluated
+    in eager mode (zeros there); under compile every pair is evaluated (the gates mask
+    them)."""
+    if not eager_plain(rows) or rows.shape[0] == 0:
+        return moe.experts_at(rows, indices)
+    flat_keep = keep.reshape(-1)
+    kept = flat_keep.nonzero().squeeze(-1)
+    token = kept.div(indices.shape[-1], rounding_mode="floor")
+    out = rows.new_zeros(flat_keep.shape[0], moe.out_features)
+    if kept.numel():
+        out = out.index_copy(0, kept, moe.expert_pairs(rows[token], indices.reshape(-1)[kept]))
+    return out.reshape(*indices.shape, moe.out_features)
