@@ -40,6 +40,7 @@ TASK_MODULES: dict[str, str] = {
     "l0": "l0._run",
     "ranking": "ranking._run",
     "snn": "snn._run",
+    "policy": "policy._run",
 }
 
 #: The attributes imported on first use: each task's package and the public plumbing.
@@ -91,6 +92,7 @@ __all__ = [
     "l0",
     "models",
     "moe",
+    "policy",
     "poly",
     "qat",
     "ranking",

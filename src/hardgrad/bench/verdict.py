@@ -429,6 +429,48 @@ def _l0(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
     )
 
 
+def _policy(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    rows = data["rows"]
+
+    def tilts(name: str) -> list[tuple[int, float, float]]:
+        out = []
+        for r in rows:
+            if r["estimator"] == name and r["cosine"] is not None and r["cosine_se"]:
+                gap = 1 - r["cosine"] - r["cosine_noise"]
+                out.append((r["group_size"], gap, gap / r["cosine_se"]))
+        return out
+
+    def measured(name: str, text: str) -> Claim:
+        found = tilts(name)
+        seen = sum(z > Z_BIAS for _, _, z in found)
+        worst = max(found, key=lambda t: t[1], default=None)
+        detail = f"1 - cos up to {worst[1]:.4f} at n = {worst[0]}" if worst else ""
+        return _share(seen, len(found), text, detail)
+
+    grpo = {n: gap for n, gap, _ in tilts("grpo")}
+    removed = [(n, gap, z) for name in ("dr-grpo", "rloo") for n, gap, z in tilts(name)]
+    unbiased = sum(z <= Z_BIAS for _, _, z in removed)
+    worst = max((gap for _, gap, _ in removed), default=0.0)
+    claims = [
+        measured("grpo-token-sum", "GRPO's std scaling tilts the direction"),
+        measured("grpo-no-std", "GRPO's length normalisation tilts the direction"),
+        measured("grpo", "GRPO (both) tilts the direction"),
+        _share(unbiased, len(removed), "Dr. GRPO and RLOO remove the tilt",
+               f"1 - cos at most {worst:.4f} vs GRPO's up to {max(grpo.values(), default=0):.4f}"),
+    ]  # fmt: skip
+    best = _best(
+        {f"{r['estimator']} n={r['group_size']}": r["final_reward"]["mean"] for r in rows},
+        lower=False,
+    )
+    return Verdict(
+        "policy",
+        f"{len({r['estimator'] for r in rows})} sequence estimators x "
+        f"{len({r['group_size'] for r in rows})} group sizes, direction against the exact gradient",
+        f"{best[0]} (E[R] {best[1]:.3f} after training)" if best else "-",
+        claims,
+    )
+
+
 def _rows_task(
     task: str, compared: str, label: str, key: str, lower: bool
 ) -> Callable[..., Verdict]:
@@ -460,6 +502,7 @@ DERIVERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Verdict]] =
     "snn": _rows_task(
         "snn", "{n} spike surrogates, test accuracy", "label", "test_accuracy", lower=False
     ),
+    "policy": _policy,
 }
 
 

@@ -16,7 +16,11 @@ draws' gradients :math:`\hat g_1, \dots, \hat g_D` are summarised against the ex
 * ``variance`` :math:`= \operatorname{tr}\hat\Sigma`, the summed variance of one draw, with
   ``variance_se``;
 * ``cosine`` :math:`= \langle\bar g, g^*\rangle / (\lVert\bar g\rVert\lVert g^*\rVert)` with
-  ``cosine_se`` (delta method): the direction's bias, apart from the scale;
+  ``cosine_se`` (delta method): the direction's bias, apart from the scale; noise alone
+  lowers it by about ``cosine_noise`` :math:`= (\operatorname{tr}\hat\Sigma - \hat u^\top
+  \hat\Sigma \hat u) / (2D\lVert\bar g\rVert^2)` (:math:`\hat u = \bar g/\lVert\bar
+  g\rVert`), so a direction bias is measured when :math:`1 - \text{cosine} -
+  \text{cosine\_noise}` exceeds a few ``cosine_se``;
 * ``scale`` :math:`= \langle\bar g, g^*\rangle / \lVert g^*\rVert^2` (1 unbiased;
   :math:`(n-1)/n` for Dr. GRPO's advantages);
 * ``exact_cosine``, ``exact_bias``: the same for the estimator's exact expectation, by
@@ -58,6 +62,7 @@ class SequenceComparisonRow:
     variance_se: float
     cosine: float | None
     cosine_se: float | None
+    cosine_noise: float | None
     scale: float | None
     exact_bias: float | None
     exact_cosine: float | None
@@ -189,7 +194,7 @@ class _SequenceProblem:
         return c.double() @ self.sequence_scores
 
 
-def _jacobian(outputs: Tensor, items: tuple[Tensor, ...], chunk: int = 256) -> Tensor:
+def _jacobian(outputs: Tensor, items: tuple[Tensor, ...], chunk: int = 512) -> Tensor:
     """``(K, P)`` float64 gradients of each of ``outputs`` ``(K,)`` over the flattened
     ``items``: batched backward passes (``is_grads_batched``), or one at a time where the
     graph does not allow batching."""
@@ -261,12 +266,14 @@ def summarize_draws(
     bias = float(diff.norm())
     bias_se = float((g @ (diff / bias)).std()) / math.sqrt(count) if bias > 0 else 0.0
     exact_norm, mean_norm = float(exact.norm()), float(mean.norm())
-    cosine = cosine_se = scale = None
+    cosine = cosine_se = cosine_noise = scale = None
     if exact_norm > 0 and mean_norm > 0:
         u = exact / exact_norm
         cosine = float(mean @ u) / mean_norm
         direction = (u - cosine * mean / mean_norm) / mean_norm
         cosine_se = float((g @ direction).std()) / math.sqrt(count)
+        along = float((g @ (mean / mean_norm)).var())
+        cosine_noise = max(0.0, variance - along) / (2 * count * mean_norm**2)
         scale = float(mean @ exact) / exact_norm**2
     exact_bias = exact_cosine = None
     if expected is not None:
@@ -283,6 +290,7 @@ def summarize_draws(
         variance_se,
         cosine,
         cosine_se,
+        cosine_noise,
         scale,
         exact_bias,
         exact_cosine,

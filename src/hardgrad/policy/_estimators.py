@@ -102,6 +102,10 @@ def _loss_weights(
     return adv / tokens.clamp_min(1)[batch]
 
 
+def _reinforce(rewards: Tensor, groups: Tensor) -> Tensor:
+    return reinforce_advantages(rewards)
+
+
 def _grpo_no_std(rewards: Tensor, groups: Tensor) -> Tensor:
     return grpo_advantages(rewards, groups, scale_std=False)
 
@@ -111,12 +115,10 @@ def _grpo_no_std(rewards: Tensor, groups: Tensor) -> Tensor:
 SEQUENCE_ESTIMATORS: dict[str, _SequenceEstimator] = {
     e.name: e
     for e in (
-        _SequenceEstimator(
-            "reinforce", reinforce_advantages, "token-sum", summary="R, token-sum / N"
-        ),
+        _SequenceEstimator("reinforce", _reinforce, "token-sum", summary="R, token-sum / N"),
         _SequenceEstimator(
             "reinforce-ema",
-            reinforce_advantages,
+            _reinforce,
             "token-sum",
             ema_decay=0.9,
             summary="R - EMA(0.9) of past batch means, token-sum / N",

@@ -1,0 +1,123 @@
+"""The ``policy`` benchmark's runner: gradient statistics per estimator and group size, the
+training runs, and the registered task (see :mod:`hardgrad.bench.policy`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+
+from ...diagnostics._sequences import _SequenceProblem, summarize_draws
+from ...policy import EMABaseline, exact_sequence_gradient, sample_sequences
+from ...policy._estimators import SEQUENCE_ESTIMATORS
+from .._task import BenchSettings, Progress, TaskResult, task
+from ._config import PolicyConfig, default_config, init_params, make_policy, make_reward
+from ._report import _plot, notes_of, table_of
+
+
+def _train(name: str, n: int, config: PolicyConfig, seed: int) -> float:
+    """Adam on one estimator's loss for ``config.steps`` steps of ``config.batch`` sampled
+    sequences; the exact expected reward afterwards."""
+    params = init_params(config, seed=0)  # the same start for every run
+    policy, reward = make_policy(params, config), make_reward(config)
+    estimator = SEQUENCE_ESTIMATORS[name]
+    baseline = EMABaseline(estimator.ema_decay) if estimator.ema_decay is not None else None
+    optimizer = torch.optim.Adam(params, lr=config.lr)
+    g = torch.Generator().manual_seed(1000 + seed)
+    size = max(n, config.batch // n * n)
+    groups = torch.arange(size // n).repeat_interleave(n)
+    for _ in range(config.steps):
+        s = sample_sequences(policy, size, vocab_size=config.vocab_size, length=config.length,
+                             eos_token=config.eos_token, generator=g)  # fmt: skip
+        loss = estimator.loss(reward(s.tokens), groups, s.logprobs, s.mask, baseline=baseline)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    out = exact_sequence_gradient(policy, reward, vocab_size=config.vocab_size,
+                                  length=config.length, params=params, eos_token=config.eos_token)  # fmt: skip
+    return float(out.value)
+
+
+@task(
+    "policy",
+    "policy gradients for sequences (REINFORCE, RLOO, GRPO, Dr. GRPO): bias, cosine, variance "
+    "against the exact gradient; reward after training",
+    default_config,
+)
+def run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> TaskResult:
+    """Gradient statistics for every estimator and group size, then the training runs."""
+    threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        return _run(settings, config, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> TaskResult:
+    unknown = [e for e in config.estimators if e not in SEQUENCE_ESTIMATORS]
+    if unknown:
+        raise ValueError(
+            f"Unknown estimators {unknown}; expected names of {list(SEQUENCE_ESTIMATORS)}"
+        )
+    params = init_params(config, seed=0)
+    policy, reward = make_policy(params, config), make_reward(config)
+    total = len(config.group_sizes) * len(config.estimators) * (1 + config.seeds)
+    progress.start("policy", total)
+    problem = _SequenceProblem(policy, reward, vocab_size=config.vocab_size, length=config.length,
+                               params=params, eos_token=config.eos_token)  # fmt: skip
+    exact_norm = float(problem.exact.norm())
+    value = float((problem.probs * problem.rewards).sum())
+    generator = torch.Generator().manual_seed(settings.seed)
+    rows: list[dict[str, Any]] = []
+    for n in config.group_sizes:
+        draws = max(2, config.sequences // n)
+        index = problem.sample(draws * n, generator).reshape(draws, n)
+        for name in config.estimators:
+            start = time.perf_counter()
+            g = problem.draws(SEQUENCE_ESTIMATORS[name], index, n, 1)
+            row = summarize_draws(g, problem.exact, name, n, time.perf_counter() - start)
+            rows.append(dataclasses.asdict(row) | {
+                "relative_bias": row.bias / exact_norm,
+                "relative_noise": row.noise_floor / exact_norm,
+                "relative_variance": row.variance / exact_norm**2,
+            })  # fmt: skip
+            progress.advance(f"policy: {name}, n = {n}")
+    for row in rows:
+        finals = []
+        for seed in range(config.seeds):
+            finals.append(_train(row["estimator"], row["group_size"], config, settings.seed + seed))
+            progress.advance(f"policy: training {row['estimator']}, n = {row['group_size']}")
+        t = torch.tensor(finals, dtype=torch.float64)
+        row["final_reward"] = {
+            "mean": float(t.mean()),
+            "std": float(t.std()) if len(t) > 1 else 0.0,
+        }
+    progress.finish()
+    data = {
+        "rows": rows,
+        "sequences": len(problem.probs),
+        "parameters": int(problem.exact.numel()),
+        "initial_reward": value,
+        "exact_gradient_norm": exact_norm,
+        "max_reward": float(problem.rewards.max()),
+    }
+    figures: list[str] = []
+    if settings.out is not None and config.plot:
+        name = _plot(rows, settings.out, config, quick=settings.quick)
+        if name is not None:
+            figures.append(name)
+    result = TaskResult(
+        name="policy",
+        summary=f"policy gradients for sequences: {len(config.estimators)} estimators x "
+        f"{len(config.group_sizes)} group sizes",
+        settings=dataclasses.asdict(config),
+        data=data,
+    )
+    result.tables = [table_of(rows, config, data)]
+    result.notes = notes_of(rows, config, data)
+    result.figures = figures
+    return result
