@@ -91,7 +91,9 @@ def test_mask_keeps_padding_out_of_restarts_and_kmeans():
     nothing = torch.zeros_like(mask)
     vq3 = hg.nn.VectorQuantize(4, 3, kmeans_init=True, dead_code_threshold=5.0).double()
     _, _, loss = vq3(z, nothing)
-    assert not vq3.initialized and float(loss.detach()) == 0.0 and float(vq3.batch_counts.sum()) == 0.0
+    assert (
+        not vq3.initialized and float(loss.detach()) == 0.0 and float(vq3.batch_counts.sum()) == 0.0
+    )
 
 
 def test_mask_bad_input():
@@ -236,3 +238,24 @@ def test_options_compile_with_a_changing_batch():
         for x, y in zip(a, b, strict=True):
             torch.testing.assert_close(x, y)
         torch.testing.assert_close(vq.codebook, eager.codebook)
+
+
+def test_torch_func_grad_through_masked_heads_and_residual_stages_in_eval():
+    """torch.func.grad of a loss of z_q in eval mode, the module's buffers passed in with
+    functional_call (a forward writes the usage counts): the masked positions get 0, the
+    rest the straight-through gradient (the heads split and merge)."""
+    torch.manual_seed(0)
+    vq = hg.nn.VectorQuantize(6, 4, heads=2).double().eval()
+    rvq = hg.nn.ResidualVQ(2, 6, 4).double().eval()
+    z = torch.randn(3, 5, 4, dtype=torch.float64)
+    mask = torch.arange(5)[None].expand(3, 5) < 4
+    for module in (vq, rvq):
+        state = {k: v.clone() for k, v in module.named_buffers()}
+
+        def loss(x, buffers, m=module):
+            return torch.func.functional_call(m, buffers, (x, mask))[0].square().sum()
+
+        grad = torch.func.grad(loss)(z, state)
+        z_q = module(z, mask)[0]
+        assert torch.equal(grad[~mask], torch.zeros_like(grad[~mask]))
+        torch.testing.assert_close(grad[mask], 2 * z_q[mask])
