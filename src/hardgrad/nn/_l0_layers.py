@@ -349,8 +349,8 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
     ``l0() * n`` (``+ l0()`` with a bias).
 
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-        padding_mode: as for ``nn.Conv2d``.
+        in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
+        stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
         droprate_init: the initial probability of a gate being dropped, in (0, 1).
         temperature: :math:`\beta` of the Hard Concrete (the reference's 2/3).
         limit_a, limit_b: the stretch :math:`(\gamma, \zeta)`, -0.1 and 1.1.
