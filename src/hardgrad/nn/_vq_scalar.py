@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from .. import vq as _vq
 from .._core.kernels import opmath_dtype
 from .._core.validation import check_all_finite, check_int, check_positive, check_real
+from ..vq._fsq import _check_symmetry
 from ._vq_codebook import _check_channels
 
 
@@ -23,7 +24,9 @@ class FSQ(nn.Module):
     :func:`hardgrad.vq.fsq` with fixed ``levels``; no codebook, no auxiliary loss.
 
     ``forward(z)`` returns ``(z_q, indices)``; ``z`` has ``len(levels)`` channels along
-    ``channel_dim``. :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
+    ``channel_dim``. ``preserve_symmetry=True`` takes the symmetric grid (both ends of
+    :math:`[-1, 1]` included, even levels too; Parker et al. 2024,
+    https://arxiv.org/abs/2411.19842). :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -37,10 +40,13 @@ class FSQ(nn.Module):
         tensor([[ 0.2500, -1.0000,  0.0000,  1.0000]])
     """
 
-    def __init__(self, levels: Any, *, channel_dim: int = -1) -> None:
+    def __init__(
+        self, levels: Any, *, channel_dim: int = -1, preserve_symmetry: bool = False
+    ) -> None:
         super().__init__()
         self.levels = _vq._check_levels(levels)
         self.channel_dim = check_int(channel_dim, "channel_dim")
+        self.preserve_symmetry = _check_symmetry(preserve_symmetry)
 
     @property
     def codebook_size(self) -> int:
@@ -53,18 +59,27 @@ class FSQ(nn.Module):
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
         check_all_finite(z, "z")
-        return _vq._checked_fsq(z, self.levels, d)
+        return _vq._checked_fsq(z, self.levels, d, self.preserve_symmetry)
 
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
-        return _vq.fsq_indices_to_codes(indices, self.levels, dim=self.channel_dim, dtype=dtype)
+        return _vq.fsq_indices_to_codes(
+            indices,
+            self.levels,
+            dim=self.channel_dim,
+            dtype=dtype,
+            preserve_symmetry=self.preserve_symmetry,
+        )
 
     def codes_to_indices(self, codes: Tensor) -> Tensor:
         """The indices of ``codes`` (:func:`hardgrad.vq.fsq_codes_to_indices`)."""
-        return _vq.fsq_codes_to_indices(codes, self.levels, dim=self.channel_dim)
+        return _vq.fsq_codes_to_indices(
+            codes, self.levels, dim=self.channel_dim, preserve_symmetry=self.preserve_symmetry
+        )
 
     def extra_repr(self) -> str:
-        return f"levels={self.levels}"
+        symmetric = ", preserve_symmetry=True" if self.preserve_symmetry else ""
+        return f"levels={self.levels}{symmetric}"
 
 
 class LFQ(nn.Module):

@@ -56,10 +56,16 @@ def _make_fsq_constants(
     bound = half * (1 + 1e-3)  # > half: atanh(offset / bound) is finite for L = 2
     shift = torch.atanh(offset / bound)
     width = torch.tensor([v // 2 for v in levels], dtype=torch.float64)
-    return tuple(t.to(dtype=dtype, device=device) for t in (bound, offset, shift, width))
+    steps = torch.tensor([v - 1 for v in levels], dtype=torch.float64)  # L - 1
+    spacing = 2 / steps  # the symmetric grid's
+    return tuple(
+        t.to(dtype=dtype, device=device) for t in (bound, offset, shift, width, steps, spacing)
+    )
 
 
-def fsq(z: Tensor, levels: Any, *, dim: int = -1) -> tuple[Tensor, Tensor]:
+def fsq(
+    z: Tensor, levels: Any, *, dim: int = -1, preserve_symmetry: bool = False
+) -> tuple[Tensor, Tensor]:
     r"""Finite scalar quantization (Mentzer et al. 2023, https://arxiv.org/abs/2309.15505).
 
     Each of the :math:`d` = ``len(levels)`` channels along ``dim`` is bounded and rounded
@@ -78,6 +84,20 @@ def fsq(z: Tensor, levels: Any, *, dim: int = -1) -> tuple[Tensor, Tensor]:
     :math:`\prod_i L_i` codes; the index is the mixed-radix number of the digits
     :math:`\operatorname{round}(b_i) + \lfloor L_i/2\rfloor` (channel 0 least significant).
     Computed in float32 for half inputs, rounded once.
+
+    With ``preserve_symmetry=True``, the symmetric grid of Parker et al. 2024 (Section 3.2,
+    https://arxiv.org/abs/2411.19842; vector-quantize-pytorch's ``preserve_symmetry``):
+    :math:`L_i` levels evenly spaced on :math:`[-1, 1]`, both ends included, for even
+    :math:`L_i` too (so :math:`L_i = 2` gives :math:`\pm 1`),
+
+    .. math::
+
+        k_i = \Big\lfloor \frac{(L_i - 1)(\tanh z_i + 1)}{2} + \frac12 \Big\rfloor, \qquad
+        \hat z_i = \frac{2 k_i}{L_i - 1} - 1, \qquad
+        \frac{\partial \hat z_i}{\partial z_i} = 1 - \tanh^2 z_i,
+
+    the floor with a straight-through gradient (:func:`hardgrad.floor`); the digit is
+    :math:`k_i \in \{0, \dots, L_i - 1\}`.
 
     Returns:
         ``(z_q, indices)``; ``indices`` of shape ``z.shape`` without ``dim``.
@@ -101,10 +121,20 @@ def fsq(z: Tensor, levels: Any, *, dim: int = -1) -> tuple[Tensor, Tensor]:
             f"Expected z.shape[{d}] == len(levels) = {len(lv)}, but found {z.shape[d]}"
         )
     check_all_finite(z, "z")
-    return _checked_fsq(z, lv, d)
+    return _checked_fsq(z, lv, d, _check_symmetry(preserve_symmetry))
 
 
-def _checked_fsq(z: Tensor, levels: tuple[int, ...], dim: int) -> tuple[Tensor, Tensor]:
+def _check_symmetry(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"Expected `preserve_symmetry` to be a bool, but found {type(value).__name__}"
+        )
+    return value
+
+
+def _checked_fsq(
+    z: Tensor, levels: tuple[int, ...], dim: int, preserve_symmetry: bool = False
+) -> tuple[Tensor, Tensor]:
     """:func:`fsq` with its arguments checked: ``levels`` from :func:`_check_levels`,
     ``dim`` non-negative with ``z.shape[dim] == len(levels)`` (:class:`hardgrad.nn.FSQ`,
     whose levels were checked once).
@@ -115,9 +145,16 @@ def _checked_fsq(z: Tensor, levels: tuple[int, ...], dim: int) -> tuple[Tensor, 
     the quotient): a training step of a small FSQ autoencoder ((64, 4) codes) 1.23x ->
     1.03x the hand-written FSQ's."""
     compute = _compute_dtype(z.dtype)
-    bound, offset, shift, width = _fsq_constants(levels, compute, z.device)
+    bound, offset, shift, width, steps, spacing = _fsq_constants(levels, compute, z.device)
     last = dim == z.dim() - 1
     x = cast(z if last else z.movedim(dim, -1), compute)
+    if preserve_symmetry:
+        k = ops.floor(steps * (torch.tanh(x) + 1) / 2 + 0.5)
+        z_q = cast(k * spacing - 1, z.dtype)
+        if not last:
+            z_q = z_q.movedim(-1, dim)
+        indices = (k.detach().to(torch.int64) * _radix(levels, z.device)).sum(-1)
+        return z_q, indices
     b = bound * torch.tanh(x + shift) - offset
     r = ops.round(b)
     z_q = r / width
@@ -147,23 +184,35 @@ def _make_radix(levels: tuple[int, ...], device: torch.device) -> Tensor:
 
 
 def fsq_indices_to_codes(
-    indices: Tensor, levels: Any, *, dim: int = -1, dtype: torch.dtype | None = None
+    indices: Tensor,
+    levels: Any,
+    *,
+    dim: int = -1,
+    dtype: torch.dtype | None = None,
+    preserve_symmetry: bool = False,
 ) -> Tensor:
     """The FSQ codes (values in [-1, 1]) of ``indices``, bit for bit what :func:`fsq`
     returns for them (in ``dtype``, default float32), the code dimension inserted at ``dim``."""
     lv = _check_levels(levels)
     _check_indices(indices, math.prod(lv))
+    symmetric = _check_symmetry(preserve_symmetry)
     dtype = dtype or torch.float32
     compute = _compute_dtype(dtype)
-    width = _fsq_constants(lv, compute, indices.device)[3]
+    constants = _fsq_constants(lv, compute, indices.device)
     digits = (indices.unsqueeze(-1) // _radix(lv, indices.device)) % torch.tensor(
         lv, device=indices.device
     )
-    codes = ((digits.to(compute) - width) / width).to(dtype)
+    if symmetric:
+        codes = (digits.to(compute) * constants[5] - 1).to(dtype)
+    else:
+        width = constants[3]
+        codes = ((digits.to(compute) - width) / width).to(dtype)
     return codes.movedim(-1, dim)
 
 
-def fsq_codes_to_indices(codes: Tensor, levels: Any, *, dim: int = -1) -> Tensor:
+def fsq_codes_to_indices(
+    codes: Tensor, levels: Any, *, dim: int = -1, preserve_symmetry: bool = False
+) -> Tensor:
     """The indices of FSQ codes (values on the grid of :func:`fsq`), the inverse of
     :func:`fsq_indices_to_codes`."""
     check_floating(codes, "codes")
@@ -174,6 +223,11 @@ def fsq_codes_to_indices(codes: Tensor, levels: Any, *, dim: int = -1) -> Tensor
             f"Expected codes.shape[{d}] == len(levels) = {len(lv)}, but found {codes.shape[d]}"
         )
     check_all_finite(codes, "codes")
-    width = _fsq_constants(lv, torch.float64, codes.device)[3]
-    digits = torch.round(codes.detach().movedim(d, -1).double() * width + width).to(torch.int64)
+    constants = _fsq_constants(lv, torch.float64, codes.device)
+    moved = codes.detach().movedim(d, -1).double()
+    if _check_symmetry(preserve_symmetry):
+        digits = torch.round((moved + 1) * constants[4] / 2).to(torch.int64)
+    else:
+        width = constants[3]
+        digits = torch.round(moved * width + width).to(torch.int64)
     return (digits * _radix(lv, codes.device)).sum(-1)
