@@ -785,7 +785,12 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
     "VectorQuantize-ema-rotation": lambda g: hg.nn.VectorQuantize(
         5, 6, estimator="rotation", codebook_update="ema"
     ),
+    "VectorQuantize-heads": lambda g: hg.nn.VectorQuantize(
+        5, 6, heads=2, separate_codebook_per_head=True, codebook_update="ema"
+    ),
+    "ResidualVQ": lambda g: hg.nn.ResidualVQ(3, 5, 6, estimator="rotation", codebook_dim=4),
     "FSQ": lambda g: hg.nn.FSQ([3, 5, 4, 2, 2, 3]),
+    "FSQ-symmetric": lambda g: hg.nn.FSQ([3, 5, 4, 2, 2, 3], preserve_symmetry=True),
     "LFQ": lambda g: hg.nn.LFQ(6),
     "MoE": lambda g: hg.nn.MoE(6, num_experts=4, k=2),
     "MoE-dense": lambda g: hg.nn.MoE(6, num_experts=4, k=2, estimator="dense"),
@@ -805,7 +810,7 @@ MODULES: dict[str, Callable[[torch.Generator], nn.Module]] = {
 }
 #: Modules whose forward returns ``(z_q, indices, ...)`` with an optional scalar loss last
 #: (the backward takes ``upstream`` into ``z_q`` and 1 into the loss).
-TUPLE_OUTPUT = {"VectorQuantize", "FSQ", "LFQ", "MoE"}
+TUPLE_OUTPUT = {"VectorQuantize", "ResidualVQ", "FSQ", "LFQ", "MoE"}
 #: Stateless modules that copy small constants to the device on their first call, once
 #: per device and dtype (FSQ's per-channel bounds, offsets and radix).
 MAKES_CONSTANTS_ONCE = {"FSQ"}

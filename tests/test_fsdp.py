@@ -105,6 +105,7 @@ SPECS: dict[str, tuple[Callable[[], nn.Module], Callable[..., Any], bool]] = {
     "Bernoulli": (lambda: hg.nn.Bernoulli("st"), _plain, False),
     "Categorical": (lambda: hg.nn.Categorical("st_gumbel", tau=0.7), _plain, False),
     "VectorQuantize": (lambda: hg.nn.VectorQuantize(5, H), _tuple, False),
+    "ResidualVQ": (lambda: hg.nn.ResidualVQ(2, 5, H), _tuple, False),
     "FSQ": (lambda: hg.nn.FSQ([3, 5, 4, 3, 5, 4]), _tuple, False),
     "LFQ": (lambda: hg.nn.LFQ(H), _tuple, False),
     "MoE": (lambda: hg.nn.MoE(H, num_experts=3, k=2), _tuple, False),

@@ -137,6 +137,7 @@ STATEFUL = {
     "rebar": lambda: hg.estimators.REBAR(),
     "relax": lambda: hg.estimators.RELAX(use_objective=True),
     "VectorQuantize": lambda: hg.nn.VectorQuantize(8, 2, codebook_update="ema"),
+    "ResidualVQ": lambda: hg.nn.ResidualVQ(2, 8, 2, codebook_update="ema", quantize_dropout=True),
     "MoE": lambda: hg.nn.MoE(3, num_experts=4, k=2),
     "HardConcreteGate": lambda: hg.nn.HardConcreteGate(3, beta=0.5),
     "L0Linear": lambda: hg.nn.L0Linear(3, 2, temperature=0.5),

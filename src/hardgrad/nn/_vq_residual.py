@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import vq as _vq
+from .._core.checkpoint import SettingsInState
 from .._core.compiler import compiler_disabled
 from .._core.validation import check_int
 from ..estimators import Estimator
@@ -22,7 +23,7 @@ from ._vq_codebook import _check_channels, _check_mask, _distributed
 GRADIENTS = ("total", "per_stage")
 
 
-class ResidualVQ(nn.Module):
+class ResidualVQ(SettingsInState, nn.Module):
     r"""``num_quantizers`` codebooks applied in turn to what the previous ones left.
 
     ``forward(z, mask=None)`` returns ``(z_q, indices, loss)``. With :math:`r_0 = z`
@@ -218,6 +219,14 @@ class ResidualVQ(nn.Module):
         if self.project_out is not None:
             out = F.linear(out, *_weights(self.project_out, out.dtype))
         return out
+
+    def _checkpoint_settings(self) -> dict[str, Any]:
+        return {
+            "num_quantizers": self.num_quantizers,
+            "num_codes": self.num_codes,
+            "dim": self.dim,
+            "codebook_dim": self.codebook_dim,
+        }
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}
