@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import vq as _vq
+from .._core.compiler import compiler_disabled
 from .._core.kernels import opmath_dtype
 from .._core.validation import check_all_finite, check_int, check_positive, check_real
 from ..vq._fsq import _check_symmetry
@@ -99,6 +100,16 @@ class LFQ(nn.Module):
     ``entropy_weight``, :math:`\gamma` = ``diversity_gamma`` and :math:`\beta` =
     ``commitment_weight``.
 
+    With ``num_codebooks`` = :math:`G` > 1 the ``dim`` channels are :math:`G` groups of
+    ``dim // G`` bits, each its own codebook of :math:`2^{\text{dim}/G}` codes: ``indices``
+    gain a last dimension of size :math:`G`, and both entropies are the means over the
+    groups of each group's (as vector-quantize-pytorch's ``num_codebooks``). With
+    ``frac_per_sample_entropy`` < 1, in training the entropies are computed from
+    ``max(1, int(frac * N))`` of the :math:`N` vectors, drawn without replacement with the
+    module's generator (seeded by ``seed``; not saved in checkpoints): less memory for the
+    :math:`N \times 2^d` assignments, the loss an unbiased estimate of the per-sample term
+    only (as there, the codebook term is the entropy of the subset's mean).
+
     Example:
         >>> import torch, hardgrad as hg
         >>> lfq = hg.nn.LFQ(3)
@@ -118,9 +129,28 @@ class LFQ(nn.Module):
         tau: float = 1.0,
         surrogate: Any = "identity",
         channel_dim: int = -1,
+        num_codebooks: int = 1,
+        frac_per_sample_entropy: float = 1.0,
+        seed: int = 0,
     ) -> None:
         super().__init__()
-        self.dim = check_int(dim, "dim", low=1, high=62)
+        self.num_codebooks = check_int(num_codebooks, "num_codebooks", low=1)
+        self.dim = check_int(dim, "dim", low=1, high=62 * self.num_codebooks)
+        if self.dim % self.num_codebooks:
+            raise ValueError(
+                f"Expected `dim` divisible by `num_codebooks`, but found dim={dim}, "
+                f"num_codebooks={num_codebooks}"
+            )
+        self.frac_per_sample_entropy = check_real(
+            frac_per_sample_entropy, "frac_per_sample_entropy"
+        )
+        if not 0 < self.frac_per_sample_entropy <= 1:
+            raise ValueError(
+                "Expected `frac_per_sample_entropy` in (0, 1], but found "
+                f"frac_per_sample_entropy={frac_per_sample_entropy!r}"
+            )
+        self.seed = check_int(seed, "seed", low=0)
+        self.generator = torch.Generator().manual_seed(self.seed)
         self.entropy_weight = check_real(entropy_weight, "entropy_weight")
         self.diversity_gamma = check_real(diversity_gamma, "diversity_gamma")
         self.commitment_weight = check_real(commitment_weight, "commitment_weight")
@@ -130,27 +160,53 @@ class LFQ(nn.Module):
 
     @property
     def codebook_size(self) -> int:
-        """The number of codes, :math:`2^d`."""
-        return 2**self.dim
+        """The number of codes of each codebook, :math:`2^{\\text{dim}/G}`."""
+        return 2 ** (self.dim // self.num_codebooks)
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, self.dim, "the number of bits `dim`")
-        z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
+        groups, bits = self.num_codebooks, self.dim // self.num_codebooks
+        if groups == 1:
+            z_q, indices = _vq.lfq(z, dim=d, surrogate=self.surrogate)
+        else:  # the signs of every channel; the indices per group of bits
+            x = _vq.code_last(z, d).unflatten(-1, (groups, bits))
+            z_q, indices = _vq.lfq(x, dim=-1, surrogate=self.surrogate)
+            z_q = _vq.code_back(z_q.flatten(-2), d)
         compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
         if z.numel() == 0:
             return z_q, indices, z.new_zeros((), dtype=compute)
-        per_sample, codebook = _vq._lfq_entropy(z, d, self.tau)  # (z checked by lfq)
+        rows = _vq.code_last(z, d).reshape(-1, groups, bits)
+        if self.training and self.frac_per_sample_entropy < 1:
+            rows = rows[self._draw_rows(len(rows)).to(rows.device)]
+        entropies = [_vq._lfq_entropy(rows[:, g], 1, self.tau) for g in range(groups)]
+        per_sample = torch.stack([e[0] for e in entropies]).mean()
+        codebook = torch.stack([e[1] for e in entropies]).mean()
         entropy = per_sample - self.diversity_gamma * codebook
         commitment = F.mse_loss(z.to(compute), z_q.detach().to(compute))
         loss = self.entropy_weight * entropy + self.commitment_weight * commitment
         return z_q, indices, loss
 
+    @compiler_disabled  # a host-side draw: outside graphs
+    def _draw_rows(self, count: int) -> Tensor:
+        keep = max(1, int(count * self.frac_per_sample_entropy))
+        return torch.randperm(count, generator=self.generator)[:keep]
+
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`)."""
-        return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
+        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`; with
+        several codebooks ``indices`` end in the codebook dimension)."""
+        if self.num_codebooks == 1:
+            return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
+        bits = self.dim // self.num_codebooks
+        codes = _vq.lfq_indices_to_codes(indices, bits, dtype=dtype).flatten(-2)
+        return codes.movedim(-1, self.channel_dim)
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"dim={self.dim}, entropy_weight={self.entropy_weight}, "
             f"diversity_gamma={self.diversity_gamma}, commitment_weight={self.commitment_weight}"
         )
+        if self.num_codebooks > 1:
+            text += f", num_codebooks={self.num_codebooks}"
+        if self.frac_per_sample_entropy < 1:
+            text += f", frac_per_sample_entropy={self.frac_per_sample_entropy}"
+        return text
