@@ -45,7 +45,8 @@ from ._l0 import HardConcreteGate
 from ._l0_layers import L0Conv2d, L0Linear
 from ._moe import MoE
 from ._pact import PACT
-from ._qat import QuantConv2d, QuantLinear, quantize_
+from ._qat import QuantConv2d, QuantLinear
+from ._qat_convert import quantize_
 from ._quantize import Quantize
 from ._spiking import LIF
 from ._stochastic import Bernoulli, Categorical

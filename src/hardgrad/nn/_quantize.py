@@ -16,9 +16,8 @@ from .. import surrogates as _surrogates
 from .._core.checkpoint import SettingsInState
 from .._core.compat import IS_EXPORTING_UNDER_COMPILE
 from .._core.compiler import compiler_disabled
-from .._core.kernels import opmath_dtype
 from .._core.validation import check_floating, check_int, check_positive
-from ..ops._autograd import apply_function, cached_signature, forward_mode
+from ..ops._autograd import apply_function
 from ..ops._quantize import quantize_step_size
 from ..ops._quantize_checks import _check_in_range
 from ._hard import SurrogateLike
@@ -28,72 +27,8 @@ from ._quantize_init import (
     gradient_scale,
     outside_transforms,
 )
+from ._quantize_step import _step_bounds, _StepSize
 from ._sharding import accept_scalar_entry, as_scalar, copy_into, full, is_dtensor, wrapped_forward
-
-
-def _compute_step_bounds(
-    dtype: torch.dtype, stored: torch.dtype, levels: int
-) -> tuple[float, float]:
-    """``(s_min, s_max)`` of :class:`Quantize` for inputs of ``dtype``, a scale stored in
-    ``stored`` and a grid reaching ``levels`` steps from 0."""
-    compute = torch.finfo(opmath_dtype(dtype))
-    kept = torch.finfo(stored)
-    high = torch.finfo(dtype).max / levels * (1 - compute.eps)
-    return max(compute.tiny, kept.tiny), min(high, kept.max)
-
-
-_STEP_BOUNDS: dict[tuple[torch.dtype, torch.dtype, int], tuple[float, float]] = {}
-
-
-def _step_bounds(dtype: torch.dtype, stored: torch.dtype, levels: int) -> tuple[float, float]:
-    """:func:`_compute_step_bounds`, cached in eager mode (``finfo`` lookups cost more than
-    the scalar arithmetic they feed; Dynamo folds them to constants anyway)."""
-    if torch.compiler.is_compiling():
-        return _compute_step_bounds(dtype, stored, levels)
-    key = (dtype, stored, levels)
-    bounds = _STEP_BOUNDS.get(key)
-    if bounds is None:
-        bounds = _STEP_BOUNDS[key] = _compute_step_bounds(dtype, stored, levels)
-    return bounds
-
-
-@cached_signature
-class _StepSize(torch.autograd.Function):
-    r""":math:`\hat s = \min(\max(|s|, s_{\min}), s_{\max})`; backward
-    :math:`\operatorname{sign}(s)` with :math:`\operatorname{sign}(0) = 1`, straight through the
-    bounds (see :class:`Quantize`)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(scale: Tensor, low: float, high: float) -> Tensor:
-        return scale.abs().clamp(low, high)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        (scale,) = ctx.saved_tensors
-        return torch.where(scale < 0, -grad, grad), None, None
-
-
-@forward_mode(_StepSize)
-@cached_signature
-class _StepSizeJVP(_StepSize):
-    """:class:`_StepSize` with its forward-mode rule: the tangent times sign(s)."""
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _StepSize.setup_context(ctx, inputs, output)
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, _low: Any, _high: Any) -> Tensor:
-        (scale,) = ctx.saved_tensors
-        return torch.where(scale < 0, -tangent, tangent)
-
 
 #: ``grad_scale_elements`` choices: what :math:`N` counts in :math:`g = 1/\sqrt{N q_+}`.
 GRAD_SCALE_ELEMENTS = ("per_scale", "tensor")
