@@ -26,6 +26,19 @@ qualitative claims: the rotation trick gives lower reconstruction error and high
 usage than the straight-through estimator, and FSQ uses (nearly) all codes without
 auxiliary losses; a claim counts as resolved only with at least two seeds and a difference
 beyond twice the larger seed spread.
+
+Residual rows: the same autoencoder with :class:`hardgrad.nn.ResidualVQ` (``K = 64`` codes
+of ``D = 8`` per stage, straight-through, EMA codebooks, k-means initialisation; SoundStream,
+Zeghidour et al. 2021, https://arxiv.org/abs/2107.03312) for each of
+``config.residual_stages`` stages (1, 2, 4, 8; ``--quick``: 1, 2, 4 with one seed) with
+``gradient="total"``, and at ``config.residual_compare`` stages (4) also with
+``gradient="per_stage"`` and with quantizer dropout. For each trained model and each
+``k <= n`` it reports, on the test set, the reconstruction MSE of the decoder fed the first
+``k`` stages' codes, the latent residual :math:`\lVert z - \sum_{j<k} c^{(j)}\rVert^2`, and
+stage ``k``'s codebook usage and perplexity; ``vq_residual.png`` plots the first two against
+``k``. The verdict states whether each stage lowered the error, whether more stages gave a
+lower final error, whether the two gradient conventions trained alike, and whether dropout
+lowered the error with fewer stages (:mod:`hardgrad.bench.vq._verdict`).
 """
 
 from ._config import VARIANTS, VQConfig, default_config

@@ -34,7 +34,13 @@ class VQConfig:
             steps, and every image gets the same code (recon error of the mean image);
             0.01 with entropy weight 0.1 trains (tried: 0.0/0.01, 0.01/0.1, 0.05/0.5).
         seeds: independent runs per configuration.
-        plot: write ``vq.png`` (needs matplotlib).
+        residual_stages: the stage counts of the residual rows (:class:`hardgrad.nn.ResidualVQ`,
+            ``num_codes`` codes of ``code_dim`` per stage, straight-through, EMA codebooks,
+            k-means init, the gradient ``"total"``); empty: no residual rows.
+        residual_compare: the stage count at which the residual rows also run with
+            ``gradient="per_stage"`` and with quantizer dropout (0: neither).
+        residual_seeds: seeds of the residual rows (``None``: ``seeds``).
+        plot: write ``vq.png`` and ``vq_residual.png`` (needs matplotlib).
         threads: intra-op threads while training.
     """
 
@@ -51,12 +57,16 @@ class VQConfig:
     kmeans_init: bool = True
     lfq_commitment_weight: float = 0.01
     seeds: int = 3
+    residual_stages: tuple[int, ...] = (1, 2, 4, 8)
+    residual_compare: int = 4
+    residual_seeds: int | None = None
     plot: bool = True
     threads: int | None = 1
 
 
 def default_config(quick: bool) -> VQConfig:
-    """The full setting (3 seeds, 3000 steps) or ``--quick`` (2 seeds, 600 steps)."""
+    """The full setting (3 seeds, 3000 steps; residual VQ with 1, 2, 4 and 8 stages) or
+    ``--quick`` (2 seeds, 600 steps; residual VQ with 1, 2 and 4 stages, one seed)."""
     if quick:
-        return VQConfig(steps=600, seeds=2, lr=2e-3)
+        return VQConfig(steps=600, seeds=2, lr=2e-3, residual_stages=(1, 2, 4), residual_seeds=1)
     return VQConfig()

@@ -14,6 +14,8 @@ from .._task import BenchSettings, Progress, TaskResult, task
 from ..data import load_dataset
 from ._config import VARIANTS, VQConfig, default_config
 from ._report import _notes, _plot, _stat, _tables
+from ._residual import residual_rows, residual_runs
+from ._residual_report import residual_notes, residual_plot, residual_table
 from ._train import train_and_evaluate
 
 #: The bottlenecks, in table order.
@@ -21,15 +23,17 @@ from ._train import train_and_evaluate
 
 @task(
     "vq",
-    "VQ-VAE on digits: STE, rotation trick, Gumbel, EMA codebook, FSQ, LFQ; recon and usage",
+    "VQ-VAE on digits: STE, rotation trick, Gumbel, EMA codebook, FSQ, LFQ, residual VQ; "
+    "recon and usage",
     default_config,
 )
 def run(settings: BenchSettings, config: VQConfig, progress: Progress) -> TaskResult:
-    """Train every bottleneck from ``config.seeds`` seeds at equal steps; report the metrics."""
+    """Train every bottleneck from ``config.seeds`` seeds at equal steps, then the residual
+    rows; report the metrics."""
     t_start = time.perf_counter()
     check_runs(config.seeds, config.steps, config.variants, VARIANTS, "variants")
     data = load_dataset(settings.data, settings.seed)
-    progress.start("vq", len(config.variants) * config.seeds)
+    progress.start("vq", len(config.variants) * config.seeds + residual_runs(config))
     threads = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(max(1, config.threads))
@@ -49,6 +53,7 @@ def run(settings: BenchSettings, config: VQConfig, progress: Progress) -> TaskRe
                 f"{variant}: recon MSE {1000 * row['recon_mse']['mean']:.2f}e-3, "
                 f"usage {100 * row['usage']['mean']:.1f} %"
             )
+        residual = residual_rows(data, config, settings.seed, progress)
     finally:
         torch.set_num_threads(threads)
     progress.finish()
@@ -57,15 +62,18 @@ def run(settings: BenchSettings, config: VQConfig, progress: Progress) -> TaskRe
         name = _plot(rows, settings.out, config, quick=settings.quick)
         if name is not None:
             figures.append(name)
+        name = residual_plot(residual, settings.out, config, quick=settings.quick)
+        if name is not None:
+            figures.append(name)
     result = TaskResult(
         name="vq",
-        summary=f"VQ-VAE on {data.name}: six quantizers at {config.steps} steps, "
-        f"{config.seeds} seed(s)",
+        summary=f"VQ-VAE on {data.name}: six quantizers and residual VQ at {config.steps} "
+        f"steps, {config.seeds} seed(s)",
         settings=dataclasses.asdict(config),
-        data={"dataset": data.name, "rows": rows, "figures": figures},
+        data={"dataset": data.name, "rows": rows, "residual": residual, "figures": figures},
         wall_s=time.perf_counter() - t_start,
     )
-    result.tables = _tables(rows, config)
-    result.notes = _notes(rows, config, data)
+    result.tables = _tables(rows, config) + ([residual_table(residual, config)] if residual else [])
+    result.notes = _notes(rows, config, data) + residual_notes(residual, config)
     result.figures = figures
     return result
