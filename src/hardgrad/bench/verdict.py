@@ -376,6 +376,9 @@ def _vq(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
                 f"{100 * usage:.0f} %",
             )
         )
+    from .vq._verdict import residual_claims  # the residual rows' (plain triples)
+
+    claims += [Claim(*claim) for claim in residual_claims(data, settings)]
     return Verdict(
         "vq",
         f"{len(rows)} VQ bottlenecks, test reconstruction",
