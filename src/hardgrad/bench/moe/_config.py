@@ -19,7 +19,19 @@ ESTIMATORS = (
     "reinmax",
     "rloo",
     "exact",
+    "noisy_topk",
+    "sparse_c1.0",
+    "sparse_c1.25",
+    "sparse_c2.0",
 )
+#: The layer options of the rows beyond the router gradient: noisy top-k gating (trained with
+#: the importance and load CV² losses instead of Switch's) and capacity factors (sparse gradient).
+OPTIONS: dict[str, dict[str, Any]] = {
+    "noisy_topk": {"noisy_gating": True},
+    "sparse_c1.0": {"capacity_factor": 1.0},
+    "sparse_c1.25": {"capacity_factor": 1.25},
+    "sparse_c2.0": {"capacity_factor": 2.0},
+}
 #: How each name trains: the MoE layer's estimator (``None``: the layer routes sparsely and
 #: the loss is hg.routing.expectation's with this name).
 _LAYER: dict[str, Any] = {
@@ -32,6 +44,7 @@ _LAYER: dict[str, Any] = {
     "reinmax": "reinmax",
     "rloo": None,
     "exact": None,
+    **dict.fromkeys(OPTIONS, "sparse"),
 }
 
 
@@ -51,6 +64,8 @@ class MoEConfig:
             ``draws`` gradient draws per estimator.
         test_tokens: tokens of the test set.
         balance_weight: the load-balancing loss's weight.
+        noisy_weight: ``noisy_topk``'s weight of ``importance + load`` (tensor2tensor's
+            default ``moe_loss_coef``, in place of Switch's loss).
         seeds: independent runs per estimator.
         plot: write ``moe.png`` (needs matplotlib).
         timing_rounds: rounds of the interleaved timing (each: 3 steps of every
@@ -73,6 +88,7 @@ class MoEConfig:
     draws: int = 128
     test_tokens: int = 2048
     balance_weight: float = 0.01
+    noisy_weight: float = 0.01
     seeds: int = 5
     timing_rounds: int = 20
     plot: bool = True
@@ -80,7 +96,11 @@ class MoEConfig:
 
 
 def default_config(quick: bool) -> MoEConfig:
-    """The full setting (5 seeds, 1500 steps) or ``--quick`` (1 seed, 400 steps)."""
+    """The full setting (5 seeds, 1500 steps) or ``--quick`` (1 seed, 400 steps, without
+    the capacity factor 2.0)."""
     if quick:
-        return MoEConfig(steps=400, seeds=1, probes=3, draws=64, timing_rounds=8)
+        estimators = tuple(e for e in ESTIMATORS if e != "sparse_c2.0")
+        return MoEConfig(
+            estimators=estimators, steps=400, seeds=1, probes=3, draws=64, timing_rounds=8
+        )
     return MoEConfig()

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._pyplot import bars, category_labels, pyplot, quick_title, save_figure, spread_caption
 from .._task import Table
-from ._config import MoEConfig
+from ._config import OPTIONS, MoEConfig
 
 
 def _fmt(stat: dict[str, float], digits: int = 3, scale: float = 1.0) -> str:
@@ -17,6 +17,14 @@ def _fmt(stat: dict[str, float], digits: int = 3, scale: float = 1.0) -> str:
     if std > 0:
         return f"{mean:.{digits}f} ± {std:.{digits}f}"
     return f"{mean:.{digits}f}"
+
+
+def _dropped(name: str, row: dict[str, Any]) -> str:
+    """``train / test`` dropped percentages of a row, ``-`` without a capacity (nothing is
+    dropped: its figures are 0)."""
+    if OPTIONS.get(name, {}).get("capacity_factor") is None:
+        return "-"
+    return f"{_fmt(row['dropped_train'], 1, 100)} / {_fmt(row['dropped_test'], 1, 100)}"
 
 
 def _paired(rows: dict[str, dict[str, Any]], name: str, key: str) -> tuple[float, float] | None:
@@ -57,7 +65,12 @@ def _verdict(rows: dict[str, dict[str, Any]], config: MoEConfig, other: str = "d
     """``other`` against ``sparse``, paired by seed (both runs of a seed share its data,
     initialisation and batches): a difference counts where the mean of the per-seed
     differences exceeds twice their standard error."""
-    label_of = {"dense": "DenseMixer (dense)", "default": "Default MoE (default)"}
+    label_of = {
+        "dense": "DenseMixer (dense)",
+        "default": "Default MoE (default)",
+        "noisy_topk": "Noisy top-k gating (noisy_topk)",
+        "sparse_c1.0": "Capacity factor 1.0 (sparse_c1.0)",
+    }
     if other not in rows or "sparse" not in rows:
         return f"{label_of.get(other, other)} vs sparse: not both run."
     parts = []

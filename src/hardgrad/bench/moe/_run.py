@@ -13,7 +13,7 @@ import torch
 from .._seeds import mean_std
 from .._task import BenchSettings, Progress, Table, TaskResult, task
 from ._config import ESTIMATORS, MoEConfig, default_config
-from ._report import _fmt, _paired_table, _plot, _verdict
+from ._report import _dropped, _fmt, _paired_table, _plot, _verdict
 from ._train import _flops, interleaved_times, make_data, train_one
 
 
@@ -49,7 +49,16 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
                 runs.append(train_one(name, make_data(config, seed), config, seed))
                 progress.advance()
             row: dict[str, Any] = {"estimator": name, "runs": runs}
-            for key in ("cosine", "bias", "std", "accuracy", "test_mse", "ms_per_step"):
+            for key in (
+                "cosine",
+                "bias",
+                "std",
+                "accuracy",
+                "test_mse",
+                "ms_per_step",
+                "dropped_train",
+                "dropped_test",
+            ):
                 values = [float(r[key]) for r in runs if not math.isnan(float(r[key]))]
                 row[key] = mean_std(values) if values else {"mean": math.nan, "std": 0.0}
             row["zero_gradient_probes"] = sum(r["zero_gradient_probes"] for r in runs)
@@ -80,6 +89,7 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
             "test MSE",
             "FLOPs ×sparse",
             "time ×sparse",
+            "dropped % train / test",
         ],
     )
     for name, row in rows.items():
@@ -95,15 +105,27 @@ def run(settings: BenchSettings, config: MoEConfig, progress: Progress) -> TaskR
                 _fmt(row["test_mse"], 4),
                 f"{flops:.2f}",
                 f"{timing:.2f}",
+                _dropped(name, row),
             ]
         )
     table.notes.append(
         "grad bias and std are relative to the exact gradient's norm; deterministic estimators "
         "(sparse, dense, default) have std 0; the figures are means over the probes of each "
         "run. time ×sparse: medians of an interleaved timing run (3 steps per estimator and "
-        f"round, {config.timing_rounds} rounds in shuffled orders); FLOPs: expert MLPs only."
+        f"round, {config.timing_rounds} rounds in shuffled orders); FLOPs: expert MLPs only "
+        "(with a capacity, at most the figure: dropped assignments are not evaluated)."
+    )
+    table.notes.append(
+        f"noisy_topk: noisy top-k gating (Shazeer et al. 2017; noise map from 0), trained with "
+        f"{config.noisy_weight:g} x (importance + load CV²) in place of Switch's loss, sparse "
+        "gradient, its router gradient taken through fresh noise per draw. sparse_cC: capacity "
+        f"factor C (each expert takes at most ceil(C N k / E) assignments of a call's N tokens: "
+        f"{config.batch_size} in training, {config.test_tokens} at test), Switch's loss on; "
+        "dropped %: the share of the N k assignments past capacity, mean over the last quarter "
+        "of the training steps / in the test forward (- without a capacity)."
     )
     notes = [_verdict(rows, config, "dense"), _verdict(rows, config, "default")]
+    notes += [_verdict(rows, config, name) for name in ("noisy_topk", "sparse_c1.0")]
     for name, row in rows.items():
         if row["zero_gradient_probes"]:
             total = config.probes * config.seeds

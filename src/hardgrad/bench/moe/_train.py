@@ -17,7 +17,9 @@ from ... import routing
 from ...diagnostics import compare
 from ...diagnostics._compare import summarize
 from ...diagnostics._routing import routing_exact_gradient
-from ._config import _LAYER, MoEConfig
+from ...nn._moe_aux import capacity_keep
+from ...routing._noisy import _noisy_logits
+from ._config import _LAYER, OPTIONS, MoEConfig
 
 
 @dataclass
@@ -107,6 +109,7 @@ def train_one(name: str, data: Data, config: MoEConfig, seed: int) -> dict[str, 
     x_test, t_test, z_test = data.sample(config.test_tokens, probe_g)
     probe_at = {round(i * config.steps / config.probes) for i in range(config.probes)}
     probes: list[dict[str, float]] = []
+    dropped: list[float] = []  # per step
     seconds = 0.0
     sample_g = torch.Generator().manual_seed(20_000 + seed)
     for step in range(config.steps + 1):
@@ -121,9 +124,11 @@ def train_one(name: str, data: Data, config: MoEConfig, seed: int) -> dict[str, 
         loss.backward()
         optimizer.step()
         seconds += time.perf_counter() - start
+        dropped.append(float(model.dropped_fraction))  # 0 without a capacity
     model.eval()
     with torch.no_grad():
         y, indices, _ = model(x_test)
+    tail = dropped[len(dropped) - max(1, len(dropped) // 4) :]
     defined = [p["cosine"] for p in probes if not math.isnan(p["cosine"])]
     return {
         "probes": probes,
@@ -135,6 +140,10 @@ def train_one(name: str, data: Data, config: MoEConfig, seed: int) -> dict[str, 
         "accuracy": _matching_accuracy(indices[:, 0], z_test, config.experts),
         "test_mse": float((y - t_test).square().mean()),
         "ms_per_step": 1000 * seconds / max(config.steps, 1),
+        # the share of (token, expert) assignments dropped: mean over the last quarter of
+        # the training steps, and in the eval forward of the test set (0 without a capacity)
+        "dropped_train": statistics.fmean(tail),
+        "dropped_test": float(model.dropped_fraction),
     }
 
 
@@ -154,6 +163,9 @@ def _loss(
         balance = routing.load_balancing_loss(logits, torch.topk(logits, config.k, -1).indices)
         return value.mean() + config.balance_weight * balance
     y, _, balance = model(x)
+    if model.noisy_gating:  # Shazeer et al.'s losses in place of Switch's
+        aux = model.aux_losses
+        return (y - t).square().mean() + config.noisy_weight * (aux["importance"] + aux["load"])
     return (y - t).square().mean() + config.balance_weight * balance
 
 
@@ -171,7 +183,11 @@ def _probe(
     frozen = _frozen(model)
     f = _objective(frozen, x, t)
     dist = routing.TopK(config.k, model.normalize or "renormalize")
-    if name == "default":  # the layer's own backward (its EMA defaults are its state)
+    if name in OPTIONS:  # noisy gating or capacity: the layer's own backward
+        exact = routing_exact_gradient(f, logits, dist)
+        draws = config.draws if model.noisy_gating else 2
+        row = summarize(_own_gradients(model, x, t, logits, draws, g), exact, name, 0.0)
+    elif name == "default":  # the layer's own backward (its EMA defaults are its state)
         exact = routing_exact_gradient(f, logits, dist)
         leaf = logits.clone().requires_grad_()
         model.train()
@@ -195,6 +211,29 @@ def _probe(
         "bias": float(row.bias if row.bias is not None else float("nan")),
         "std": float(row.std if row.std is not None else float("nan")),
     }
+
+
+def _own_gradients(
+    model: hgnn.MoE, x: Tensor, t: Tensor, logits: Tensor, draws: int, g: torch.Generator
+) -> Tensor:
+    """``(draws, N, E)`` gradients, with respect to the clean router logits, of the layer's
+    training forward with its noisy gating (fresh noise per draw) and its capacity."""
+    with torch.no_grad():
+        raw = model.noise(x) if model.noisy_gating else None
+    out = []
+    for _ in range(draws):
+        leaf = logits.clone().requires_grad_()
+        routed = leaf
+        if raw is not None:
+            routed, _ = _noisy_logits(leaf, raw, model.noise_epsilon, g)
+        gates, indices = model.route(routed)
+        if model.capacity_factor is not None:
+            keep, _ = capacity_keep(indices, model.capacity_factor, model.num_experts)
+            gates = torch.where(keep, gates, torch.zeros_like(gates))
+        y = (gates.unsqueeze(-1) * model.experts_at(x, indices)).sum(-2)
+        (grad,) = torch.autograd.grad((y - t).square().mean(-1).sum(), leaf)
+        out.append(grad)
+    return torch.stack(out)
 
 
 def _layer_output(model: hgnn.MoE, x: Tensor, logits: Tensor) -> Tensor:
@@ -237,6 +276,7 @@ def _build(name: str, config: MoEConfig, seed: int) -> hgnn.MoE:
         hidden_features=config.hidden,
         estimator=layer,
         generator=torch.Generator().manual_seed(seed + 1),
+        **OPTIONS.get(name, {}),
     )
 
 

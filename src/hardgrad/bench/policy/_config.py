@@ -32,10 +32,17 @@ class PolicyConfig:
         group_sizes: sequences per group :math:`n`.
         sequences: sequences drawn per group size for the gradient statistics (one group per
             draw: ``sequences // n`` draws).
-        steps: Adam steps of training per estimator, group size and seed.
+        optimizers: ``"adam"`` (Adam at ``lr``: invariant to a constant scale of the
+            gradient, so it sees direction and noise) and/or ``"sgd"`` (plain SGD at
+            ``sgd_lr``: a scaled-down gradient takes proportionally smaller steps).
+        steps: at most this many training steps per run (a run stops once it has reached
+            the target and done ``eval_step`` steps).
+        eval_step: the fixed step at which E[R] is reported.
+        target: the share of the way from the start's E[R] to the best sequence's reward
+            whose first step is reported (steps to 90 %).
         batch: sequences per training step (``batch // n`` groups).
-        lr: Adam's learning rate.
-        seeds: training runs per estimator and group size.
+        lr: Adam's learning rate; ``sgd_lr``: SGD's.
+        seeds: training runs per estimator, group size and optimizer.
         threads: intra-op threads for the whole task (tiny tensors: 1 is fastest; None keeps
             the run's setting).
         plot: write ``policy.png`` (needs matplotlib).
@@ -48,18 +55,23 @@ class PolicyConfig:
     estimators: tuple[str, ...] = ESTIMATORS
     group_sizes: tuple[int, ...] = (2, 4, 8, 16)
     sequences: int = 131072
-    steps: int = 200
-    batch: int = 32
+    optimizers: tuple[str, ...] = ("adam", "sgd")
+    steps: int = 100
+    eval_step: int = 10
+    target: float = 0.9
+    batch: int = 16
     lr: float = 0.01
-    seeds: int = 2
+    sgd_lr: float = 0.1
+    seeds: int = 5
     threads: int | None = 1
     plot: bool = True
 
 
 def default_config(quick: bool) -> PolicyConfig:
-    """The full setting, or ``--quick`` (32768 sequences per group size, 20 steps, 1 seed)."""
+    """The full setting (5 training seeds, up to 100 steps), or ``--quick`` (32768 sequences
+    per group size, 1 seed, up to 40 steps)."""
     if quick:
-        return PolicyConfig(sequences=32768, steps=20, seeds=1)
+        return PolicyConfig(sequences=32768, steps=40, seeds=1)
     return PolicyConfig()
 
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-from .._pyplot import category_labels, legend_outside, pyplot, quick_title, save_figure
+from .._pyplot import (
+    bars,
+    category_labels,
+    legend_outside,
+    pyplot,
+    quick_title,
+    save_figure,
+    spread_caption,
+)
 from .._task import Table
 from ._config import PolicyConfig
 
@@ -29,17 +39,15 @@ def tilt(row: dict[str, Any] | None) -> tuple[float, float] | None:
 
 
 def table_of(rows: list[dict[str, Any]], config: PolicyConfig, data: dict[str, Any]) -> Table:
-    """One row per estimator and group size."""
-    seeds = f"{config.seeds} seed" + ("s" if config.seeds > 1 else "")
+    """One row per estimator and group size: the gradient against the exact one."""
     table = Table(
         title=f"{TITLE} (V = {config.vocab_size}, L <= {config.length}, {data['sequences']} "
-        f"sequences; E[R] after {config.steps} Adam steps of {config.batch} sequences, {seeds})",
+        f"sequences)",
         columns=["estimator", "n", "bias / |g*|", "noise / |g*|", "1 - cos - noise (± se)", "scale",
-                 "variance / |g*|²", "E[R] trained"],
+                 "variance / |g*|²"],
     )  # fmt: skip
     for r in rows:
         gap = tilt(r)
-        final = r["final_reward"]
         table.rows.append(
             [
                 r["estimator"],
@@ -49,9 +57,84 @@ def table_of(rows: list[dict[str, Any]], config: PolicyConfig, data: dict[str, A
                 "-" if gap is None else f"{gap[0]:.4f} ± {r['cosine_se']:.4f}",
                 "-" if r["scale"] is None else f"{r['scale']:.3f}",
                 f"{r['relative_variance']:.3g}",
-                f"{final['mean']:.3f}" + (f" ± {final['std']:.3f}" if config.seeds > 1 else ""),
             ]
         )
+    return table
+
+
+def _ms(stat: dict[str, float], digits: int, seeds: int) -> str:
+    return f"{stat['mean']:.{digits}f}" + (f" ± {stat['std']:.{digits}f}" if seeds > 1 else "")
+
+
+def steps_cell(run: dict[str, Any], config: PolicyConfig) -> str:
+    """Steps to the target: mean ± sd over the seeds that reached it, with how many did."""
+    if not run["reached"]:
+        return f"> {config.steps}"
+    cell = _ms(run["steps_to_target"], 1 if run["reached"] > 1 else 0, run["reached"])
+    if run["reached"] < run["runs"]:
+        cell += f" ({run['reached']}/{run['runs']}; others > {config.steps})"
+    return cell
+
+
+def _paired_line(rows: list[dict[str, Any]], n: int, opt: str, config: PolicyConfig) -> str:
+    """E[R] at the fixed step against RLOO's at group size ``n``, paired by seed (the runs of
+    a seed share their sampling seed and start): the estimators beyond 2 SE and 0.005; with
+    one seed, the range."""
+    at = {
+        r["estimator"]: r["training"][opt]["reward_at_runs"] for r in rows if r["group_size"] == n
+    }
+    k = config.eval_step
+    if "rloo" not in at or config.seeds < 2:
+        mean = {name: statistics.fmean(v) for name, v in at.items()}
+        lo, hi = min(mean, key=mean.__getitem__), max(mean, key=mean.__getitem__)
+        return f"E[R] @ {k} from {mean[lo]:.2f} ({lo}) to {mean[hi]:.2f} ({hi})."
+    parts = []
+    for name, runs in at.items():
+        if name == "rloo":
+            continue
+        diffs = [a - b for a, b in zip(runs, at["rloo"], strict=True)]
+        mean, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+        if abs(mean) > 2 * se and abs(mean) >= 0.005:  # (not Adam's eps on a scaled copy)
+            parts.append(f"{name} {mean:+.2f} ± {se:.2f}")
+    return (
+        f"E[R] @ {k} minus RLOO's, paired by seed, beyond 2 SE (and 0.005): "
+        + (", ".join(parts) if parts else "none")
+        + "."
+    )
+
+
+def training_table(rows: list[dict[str, Any]], config: PolicyConfig, data: dict[str, Any]) -> Table:
+    """One row per estimator and group size: E[R] at the fixed step and the steps to the
+    target, per optimizer."""
+    seeds = f"{config.seeds} seed" + ("s" if config.seeds > 1 else "")
+    lrs = {"adam": f"Adam lr {config.lr:g}", "sgd": f"SGD lr {config.sgd_lr:g}"}
+    columns = ["estimator", "n"]
+    for opt in config.optimizers:
+        columns += [f"E[R] @ {config.eval_step} {lrs[opt]}", f"steps to {100 * config.target:.0f} % {lrs[opt]}"]  # fmt: skip
+    table = Table(
+        title=f"Training from one start (E[R] {data['initial_reward']:.3f}; best sequence "
+        f"{data['max_reward']:.2f}): exact E[R] after {config.eval_step} steps of "
+        f"{config.batch} sequences, and steps until E[R] >= {data['target_reward']:.3f} "
+        f"({100 * config.target:.0f} % of the way); mean ± sd over {seeds}",
+        columns=columns,
+    )
+    for r in rows:
+        cells = [r["estimator"], str(r["group_size"])]
+        for opt in config.optimizers:
+            run = r["training"][opt]
+            cells += [_ms(run["reward_at"], 2, config.seeds), steps_cell(run, config)]
+        table.rows.append(cells)
+    table.notes.append(
+        "Adam divides each coordinate by its running RMS, so a constant scale of the gradient "
+        "changes nothing (rloo and dr-grpo, (n-1)/n apart, train alike; so do rloo-sequence-"
+        "mean and grpo-no-std): what differs is direction and noise. SGD's steps are "
+        "proportional to the gradient, so a scaled-down estimator (the scale column above) "
+        f"trains that much slower at the same rate. Steps to {100 * config.target:.0f} %: "
+        "the mean over the seeds that got there within the run."
+    )
+    for opt in config.optimizers:
+        for n in config.group_sizes:
+            table.notes.append(f"{lrs[opt]}, n = {n}: " + _paired_line(rows, n, opt, config))
     return table
 
 
@@ -89,12 +172,14 @@ def notes_of(rows: list[dict[str, Any]], config: PolicyConfig, data: dict[str, A
 
 
 def _plot(rows: list[dict[str, Any]], out: Path, config: PolicyConfig, *, quick: bool = False) -> str | None:  # fmt: skip
-    """``policy.png``: 1 - cosine against the group size, and E[R] after training, per
-    estimator."""
+    """``policy.png``: 1 - cosine against the group size, and E[R] at the fixed step per
+    estimator, group size and optimizer."""
     plt = pyplot()
     if plt is None:
         return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
+    panels = 1 + len(config.optimizers)
+    fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.6), layout="constrained")
+    ax1 = axes[0]
     sizes = list(config.group_sizes)
     for name in config.estimators:
         gaps = [tilt(_row(rows, name, n)) for n in sizes]
@@ -107,21 +192,25 @@ def _plot(rows: list[dict[str, Any]], out: Path, config: PolicyConfig, *, quick:
     ax1.set_xlabel("group size n")
     ax1.set_ylabel("1 - cosine - noise (floor 1e-5)")
     ax1.grid(alpha=0.3)
-    width = 0.8 / len(sizes)
-    for k, n in enumerate(sizes):
-        values = [
-            (_row(rows, name, n) or {}).get("final_reward", {}).get("mean")
-            for name in config.estimators
-        ]
-        ax2.bar([i + (k - (len(sizes) - 1) / 2) * width for i in range(len(values))],
-                [v if v is not None else 0.0 for v in values], width, label=f"n = {n}")  # fmt: skip
-    category_labels(ax2, list(config.estimators))
-    ax2.set_ylabel(f"E[R] after {config.steps} steps")
-    ax2.grid(alpha=0.3, axis="y")
     legend_outside(ax1, fontsize="x-small")
-    legend_outside(ax2, fontsize="x-small")
+    width = 0.8 / len(sizes)
+    lrs = {"adam": f"Adam, lr {config.lr:g}", "sgd": f"SGD, lr {config.sgd_lr:g}"}
+    for ax, opt in zip(axes[1:], config.optimizers, strict=True):
+        for k, n in enumerate(sizes):
+            stats = [(_row(rows, name, n) or {}).get("training", {}).get(opt, {}).get("reward_at")
+                     for name in config.estimators]  # fmt: skip
+            offset = (k - (len(sizes) - 1) / 2) * width
+            bars(ax, [s["mean"] if s else None for s in stats],
+                 errors=[s["std"] if s else 0.0 for s in stats], n_seeds=config.seeds,
+                 positions=[i + offset for i in range(len(stats))], width=width,
+                 label=f"n = {n}", color=f"C{k}")  # fmt: skip
+        category_labels(ax, list(config.estimators), fontsize="x-small")
+        ax.set_ylabel(f"E[R] after {config.eval_step} steps")
+        ax.set_title(lrs[opt], fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    legend_outside(axes[-1], fontsize="x-small")
     fig.suptitle(
-        quick_title(TITLE, quick, config) + f"\n{config.seeds} seed(s): no error bars", fontsize=9
+        quick_title(TITLE, quick, config) + f"\n{spread_caption(config.seeds)}", fontsize=9
     )
     return save_figure(
         fig,
@@ -129,6 +218,7 @@ def _plot(rows: list[dict[str, Any]], out: Path, config: PolicyConfig, *, quick:
         "policy.png",
         caption="left: the direction's bias 1 - cosine of each estimator's mean gradient "
         "(log scale; noise-level values are not a bias, see the table's standard errors); "
-        "right: the exact expected reward after training, per estimator and group size.",
+        f"right: the exact expected reward after {config.eval_step} training steps, per "
+        f"estimator and group size, for each optimizer ({spread_caption(config.seeds)}).",
         table=TITLE,
     )

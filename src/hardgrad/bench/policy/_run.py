@@ -10,34 +10,11 @@ from typing import Any
 import torch
 
 from ...diagnostics._sequences import _SequenceProblem, summarize_draws
-from ...policy import EMABaseline, exact_sequence_gradient, sample_sequences
 from ...policy._estimators import SEQUENCE_ESTIMATORS
 from .._task import BenchSettings, Progress, TaskResult, task
 from ._config import PolicyConfig, default_config, init_params, make_policy, make_reward
-from ._report import _plot, notes_of, table_of
-
-
-def _train(name: str, n: int, config: PolicyConfig, seed: int) -> float:
-    """Adam on one estimator's loss for ``config.steps`` steps of ``config.batch`` sampled
-    sequences; the exact expected reward afterwards."""
-    params = init_params(config, seed=0)  # the same start for every run
-    policy, reward = make_policy(params, config), make_reward(config)
-    estimator = SEQUENCE_ESTIMATORS[name]
-    baseline = EMABaseline(estimator.ema_decay) if estimator.ema_decay is not None else None
-    optimizer = torch.optim.Adam(params, lr=config.lr)
-    g = torch.Generator().manual_seed(1000 + seed)
-    size = max(n, config.batch // n * n)
-    groups = torch.arange(size // n).repeat_interleave(n)
-    for _ in range(config.steps):
-        s = sample_sequences(policy, size, vocab_size=config.vocab_size, length=config.length,
-                             eos_token=config.eos_token, generator=g)  # fmt: skip
-        loss = estimator.loss(reward(s.tokens), groups, s.logprobs, s.mask, baseline=baseline)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    out = exact_sequence_gradient(policy, reward, vocab_size=config.vocab_size,
-                                  length=config.length, params=params, eos_token=config.eos_token)  # fmt: skip
-    return float(out.value)
+from ._report import _plot, notes_of, table_of, training_table
+from ._train import check_training, summarize_runs, target_of, train_curve
 
 
 @task(
@@ -63,9 +40,11 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
         raise ValueError(
             f"Unknown estimators {unknown}; expected names of {list(SEQUENCE_ESTIMATORS)}"
         )
+    check_training(config)
     params = init_params(config, seed=0)
     policy, reward = make_policy(params, config), make_reward(config)
-    total = len(config.group_sizes) * len(config.estimators) * (1 + config.seeds)
+    runs = len(config.optimizers) * config.seeds
+    total = len(config.group_sizes) * len(config.estimators) * (1 + runs)
     progress.start("policy", total)
     problem = _SequenceProblem(policy, reward, vocab_size=config.vocab_size, length=config.length,
                                params=params, eos_token=config.eos_token)  # fmt: skip
@@ -86,16 +65,16 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
                 "relative_variance": row.variance / exact_norm**2,
             })  # fmt: skip
             progress.advance(f"policy: {name}, n = {n}")
+    target = target_of(value, float(problem.rewards.max()), config)
     for row in rows:
-        finals = []
-        for seed in range(config.seeds):
-            finals.append(_train(row["estimator"], row["group_size"], config, settings.seed + seed))
-            progress.advance(f"policy: training {row['estimator']}, n = {row['group_size']}")
-        t = torch.tensor(finals, dtype=torch.float64)
-        row["final_reward"] = {
-            "mean": float(t.mean()),
-            "std": float(t.std()) if len(t) > 1 else 0.0,
-        }
+        row["training"] = {}
+        for optimizer in config.optimizers:
+            curves = []
+            for seed in range(config.seeds):
+                curves.append(train_curve(row["estimator"], row["group_size"], optimizer, config,
+                                          settings.seed + seed, target))  # fmt: skip
+                progress.advance(f"policy: training {row['estimator']}, n = {row['group_size']}")
+            row["training"][optimizer] = summarize_runs(curves, config, target)
     progress.finish()
     data = {
         "rows": rows,
@@ -104,6 +83,7 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
         "initial_reward": value,
         "exact_gradient_norm": exact_norm,
         "max_reward": float(problem.rewards.max()),
+        "target_reward": target,
     }
     figures: list[str] = []
     if settings.out is not None and config.plot:
@@ -117,7 +97,7 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
         settings=dataclasses.asdict(config),
         data=data,
     )
-    result.tables = [table_of(rows, config, data)]
+    result.tables = [table_of(rows, config, data), training_table(rows, config, data)]
     result.notes = notes_of(rows, config, data)
     result.figures = figures
     return result
