@@ -20,7 +20,7 @@ from ._train import check_training, summarize_runs, target_of, train_curve
 @task(
     "policy",
     "policy gradients for sequences (REINFORCE, RLOO, GRPO, Dr. GRPO): bias, cosine, variance "
-    "against the exact gradient; reward after training",
+    "against the exact gradient; reward while training with Adam and SGD",
     default_config,
 )
 def run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> TaskResult:
