@@ -108,3 +108,17 @@ def test_empty_and_batched_shapes():
     s = torch.sort(x, -1, descending=True).values
     flat = pav.pav_starts(s.reshape(6, 40), rho.reshape(6, 40), False).reshape(2, 3, 40)
     assert torch.equal(pav.pav_starts(s, rho, False), flat)
+
+
+@pytest.mark.parametrize("max_passes", [2, 24])
+def test_rows_leave_the_passes_when_solved(monkeypatch, max_passes):
+    """Rows done after 0, 1 or many passes in one batch (solved rows are set aside between
+    passes; the rest go on, or finish sequentially after MAX_PASSES)."""
+    monkeypatch.setattr(pav, "MAX_PASSES", max_passes)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(12, 60, generator=g, dtype=torch.float64)
+    x[0] = torch.arange(60, dtype=torch.float64) * 100.0  # far apart: no pooling
+    x[1] = 0.5  # constant row
+    x[2:5] *= 20.0
+    for eps in (0.05, 1.0, 30.0):
+        check(x, eps)

@@ -14,6 +14,10 @@ All rows at once, in float64, on a table of blocks (one column per block, padded
   that the suffix's value would absorb, one after another as PAV would, from suffix sums in
   one scan (and the same from the first block forwards); a decision within a rounding
   margin of a tie is left to the exact merges of the next pass;
+* a row with no violator left is final: from the second pass (third for l2) the finished
+  rows are set aside, so the later passes (kl soft_rank: up to ~10) touch only the rows
+  still merging; the padding holds finite statistics (no ``log 0`` or ``exp(-inf)``,
+  whose slow paths cost several times a plain call);
 * rows that still have violators after :data:`MAX_PASSES` passes finish with a sequential
   PAV over their blocks (a Python scan, rare: random rows need 1 to 10 passes).
 
@@ -61,13 +65,18 @@ def _cascades(value: Tensor, stats: tuple[Tensor, ...], valid: Tensor, kl: bool)
         # Suffix log-sum-exps shifted by the last block's (the smallest entries: the terms
         # only grow leftwards; an overflow gives a non-finite value, which merges nothing).
         cs, cw = ls.gather(-1, last), lw.gather(-1, last)
-        tail = (cs + torch.exp(ls - cs).flip(-1).cumsum(-1).flip(-1).log()) - (
-            cw + torch.exp(lw - cw).flip(-1).cumsum(-1).flip(-1).log()
+        live = valid.to(_F64)
+        tail = (
+            cs
+            + (torch.exp((ls - cs) * live) * live).flip(-1).cumsum(-1).flip(-1).clamp_min(1.0).log()
+        ) - (
+            cw
+            + (torch.exp((lw - cw) * live) * live).flip(-1).cumsum(-1).flip(-1).clamp_min(1.0).log()
         )
         # Prefix ones shifted by the first block's (entries decrease: no overflow).
         hs, hw = ls[..., :1], lw[..., :1]
-        head = (hs + torch.exp(ls - hs).cumsum(-1).log()) - (
-            hw + torch.exp(lw - hw).cumsum(-1).log()
+        head = (hs + torch.exp((ls - hs) * live).cumsum(-1).log()) - (
+            hw + torch.exp((lw - hw) * live).cumsum(-1).log()
         )
         margin = (cs.abs() + cw.abs() + hs.abs() + hw.abs() + 1) * (value.shape[-1] * 2.0**-44)
     else:
@@ -101,18 +110,20 @@ def _merge(
     # Log-sum-exps shifted by the group's first block's: entries decrease along the row, so
     # every term is at most the group's size and the first is 1 (no overflow, sum >= 1).
     columns = torch.arange(g.shape[-1], device=g.device)
-    first = torch.cummax(torch.where(starts, columns, 0), -1).values
+    first = torch.cummax(columns * starts, -1).values
     out = []
     for lse in stats[:2]:
         shift = lse.gather(-1, first)
-        total = add(torch.exp(lse - shift)).log() + add(torch.where(starts, shift, 0.0))
+        total = add(torch.exp(lse - shift)).clamp_min(1.0).log() + add(shift * starts)
         out.append(total[:, :width])
     return out[0], out[1], add(stats[2])[:, :width]
 
 
 def _batched(s: Tensor, w: Tensor, kl: bool) -> tuple[tuple[Tensor, ...], Tensor]:
     """Blocks of every row (``stats``: l2 ``(totals, counts)``, kl ``(lse_s, lse_w,
-    counts)`` per block, padding with count 0) and which rows still have violators."""
+    counts)`` per block, padding with count 0) and which rows still have violators. A row
+    with no violator left is final: it is stored and leaves the passes (later passes touch
+    only the rows still merging)."""
     rows, n = s.shape
     count = torch.ones(rows, n, dtype=_F64, device=s.device)
     if kl:
@@ -122,24 +133,53 @@ def _batched(s: Tensor, w: Tensor, kl: bool) -> tuple[tuple[Tensor, ...], Tensor
         # entries, and the scaling changes no comparison of means.
         scale = 2.0 ** -(2 * n).bit_length()
         stats = (s * scale - w * scale, count)
-    for index in range(MAX_PASSES):
+    done: tuple[Tensor, ...] | None = None  # the final rows, once some have left
+    todo = torch.arange(rows, device=s.device)  # the rows in ``stats``
+    early = 1 if kl else 2  # the passes before finished rows may leave
+    for index in range(MAX_PASSES + 1):
         count = stats[-1]
+        valid = count > 0
         value = stats[0] - stats[1] if kl else stats[0] / count  # padding: nan, never merges
         violates = value[:, :-1] < value[:, 1:]
-        if not bool(violates.any()):
-            return stats, torch.zeros(rows, dtype=torch.bool, device=s.device)
-        valid = count > 0
+        if kl:  # padding: 0 - 0, masked
+            violates &= valid[:, 1:]
+        if index < early and index < MAX_PASSES:
+            # Most l2 rows finish within two passes: no per-row bookkeeping before.
+            if not bool(violates.any()):
+                return stats, violates.any(-1)
+            pending = None
+        else:
+            pending = violates.any(-1)
+            left = int(pending.sum())
+        last = pending is not None and (left == 0 or index == MAX_PASSES)
+        if done is None and last:
+            return stats, pending
+        # Set the finished rows aside once a quarter of them are (fewer: not worth a copy).
+        if pending is not None and (last or 4 * left <= 3 * todo.shape[0]):
+            if done is None:
+                # (widths only shrink from here)
+                shape = (rows, count.shape[-1])
+                done = tuple(torch.zeros(shape, dtype=_F64, device=s.device) for _ in stats)
+            finished = torch.ones_like(pending) if last else ~pending
+            rows_out = todo[finished]
+            for table, stat in zip(done, stats, strict=True):
+                table[rows_out, : stat.shape[-1]] = stat[finished]
+            if last:
+                unsolved = torch.zeros(rows, dtype=torch.bool, device=s.device)
+                return done, unsolved.index_fill_(0, todo[pending], True)
+            todo = todo[pending]
+            stats = tuple(stat[pending] for stat in stats)
+            value, valid, violates = value[pending], valid[pending], violates[pending]
         merge = violates
         if index > 0 and value.shape[-1] > 2:  # after a first pass of plain merges
             merge = merge | _cascades(value, stats, valid, kl)
         starts = torch.cat([valid[:, :1], ~merge], -1)
-        g = starts.cumsum(-1) - 1
         width = int((starts & valid).sum(-1).max())
-        g = torch.where(valid, g, width)
+        # Padding opens groups of its own past the row's blocks: beyond ``width``, dropped,
+        # or within it, where they gather only padding (all statistics 0).
+        g = (starts.cumsum(-1) - 1).clamp_max_(width)
         stats = _merge(g, starts, width, stats, kl)
-    count = stats[-1]
-    value = stats[0] - stats[1] if kl else stats[0] / count
-    return stats, (value[:, :-1] < value[:, 1:]).any(-1)
+    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- sequential
