@@ -169,4 +169,5 @@ def test_front_door_groups_the_sidebar_and_links_every_guide(built_site: Path) -
     pages = [*guides_and_api, "changelog", "citing", "internals", "dev/architecture"]
     missing = [page for page in pages if f'href="{page}.html"' not in html]
     assert missing == [], f"not reachable from the sidebar: {missing}"
-    assert html.index("pip install") < html.index("Pick your task")
+    install, pick = html.index('id="install"'), html.index('id="pick-your-task"')
+    assert install < html.index("download.pytorch.org/whl/cpu") < pick  # the CPU-only install
