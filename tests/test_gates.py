@@ -201,6 +201,7 @@ def test_per_example_gates_broadcast_and_sum_their_gradients():
     assert z.shape == (6, 4) and len({tuple(r) for r in z.tolist()}) == 6
 
 
+@pytest.mark.compile
 def test_given_noise_empty_vmap_and_compile_with_changing_batch():
     la = torch.randn(4, generator=gen(27))
     assert hg.hard_concrete(la, noise=torch.rand(0, 4)).shape == (0, 4)

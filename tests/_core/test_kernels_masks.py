@@ -36,6 +36,7 @@ def test_storable_mask_is_the_bool_mask_in_eager_mode() -> None:
     assert mask_condition(mask) is mask
 
 
+@pytest.mark.compile
 def test_storable_mask_is_uint8_under_compile_and_reads_back(fresh_dynamo) -> None:
     def round_trip(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         stored = storable_mask(x > 0)

@@ -46,6 +46,7 @@ def test_bernoulli_estimators_are_the_registry_minus_exact():
     assert len(names) == len(hg.estimators.ESTIMATORS) - 1
 
 
+@pytest.mark.slow
 def test_plot_command_writes_one_png_per_op_and_the_estimators(tmp_path, capsys):
     out = tmp_path / "pics"
     assert main(["plot", "--out", str(out), "--draws", "300", "--seed", "1"]) == 0

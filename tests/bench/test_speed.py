@@ -46,6 +46,7 @@ def _positive(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
+@pytest.mark.slow
 def test_speed_eager_writes_results_and_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -87,6 +88,7 @@ def test_speed_eager_writes_results_and_report(
     assert "| one_hot_argmax (4, 16) " in report
 
 
+@pytest.mark.slow
 def test_speed_samplers_every_pathwise_estimator(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -221,6 +223,7 @@ def test_audit_overhead_rows_are_finite_and_the_watched_step_is_clean():
     assert len(table.rows) == len(SIZES) and len(table.columns) == len(table.rows[0])
 
 
+@pytest.mark.slow
 def test_lsq_rows_against_torch_learnable_kernels(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

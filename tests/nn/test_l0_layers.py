@@ -319,6 +319,7 @@ def test_seeded_generator_empty_batch_and_torch_func(local_rep):
             torch.testing.assert_close(grads[name], p.grad)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("local_rep", [False, True])
 def test_compile_with_a_changing_batch(local_rep):
     for layer in _layers(local_rep=local_rep):

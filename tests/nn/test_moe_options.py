@@ -320,6 +320,7 @@ CONFIGS = {
     "name",
     [n if n == "experts" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(CONFIGS)],
 )
+@pytest.mark.compile
 def test_compile_with_a_changing_batch(name):
     torch.manual_seed(0)
     compiled_module = CONFIGS[name]()

@@ -276,6 +276,7 @@ def test_repr():
 # --------------------------------------------------------------------------- compile
 
 
+@pytest.mark.compile
 def test_compiled_sequence_loop_fullgraph_equals_eager():
     torch._dynamo.reset()
     lif = hg.nn.LIF(0.9, 1.0, learn_beta=True)
@@ -300,6 +301,7 @@ def test_compiled_sequence_loop_fullgraph_equals_eager():
     torch._dynamo.reset()
 
 
+@pytest.mark.compile
 def test_dynamic_shapes_compile_with_the_documented_setting():
     """dynamic=True from the start needs specialize_float (torch 2.13; the spiking guide)."""
     lif = hg.nn.LIF(0.9, 0.5)

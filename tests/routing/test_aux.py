@@ -241,6 +241,7 @@ def test_noisy_bad_input():
         R.prob_in_top_k(x, x, x.exp(), idx.int(), thr)
 
 
+@pytest.mark.compile
 def test_compile_and_func_with_a_changing_batch():
     def load_loss(clean, raw):
         noisy, std = R.noisy_logits(clean, raw)

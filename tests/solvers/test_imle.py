@@ -142,6 +142,7 @@ def test_one_instance_empty_batch_and_seeds():
     assert empty.grad.shape == (0, 5)
 
 
+@pytest.mark.compile
 def test_compile_with_a_changing_batch():
     """Compiled (aot_eager, fullgraph, automatic dynamic shapes) equals eager bit for bit on
     batches of 8, 5 and 3, values and gradients (global RNG reseeded alike)."""

@@ -277,6 +277,7 @@ def test_dtypes_keep_shape_and_stay_finite(dtype):
     assert loss.dtype == dtype and torch.isfinite(loss).all()
 
 
+@pytest.mark.compile
 def test_compile_fullgraph():
     """Random layers compile with ``generator=None`` (torch.compile does not trace a
     torch.Generator); aot_eager draws the same global-RNG numbers as eager."""

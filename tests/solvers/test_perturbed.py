@@ -182,6 +182,7 @@ def test_dtypes(dtype):
     assert torch.isfinite(c.grad).all() and torch.isfinite(loss)
 
 
+@pytest.mark.compile
 def test_compile_with_a_changing_batch():
     """aot_eager, fullgraph, automatic dynamic shapes: equal to eager bit for bit on batches
     of 8, 5 and 3 (the global RNG reseeded alike)."""

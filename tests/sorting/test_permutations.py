@@ -115,6 +115,7 @@ def test_half_types_compute_in_float32(name, dtype):
     assert torch.equal(x.grad, xf.grad.to(dtype))
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_compile_vmap_and_empty(name):
     build = BUILDERS[name]

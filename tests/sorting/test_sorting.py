@@ -254,6 +254,7 @@ def test_extreme_strengths_stay_finite():
             assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
 
 
+@pytest.mark.compile
 def test_compile_vmap_grad():
     x = rows(6, count=3).float()
     g = torch.randn(x.shape)
