@@ -13,23 +13,25 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Seconds each task took in one ``hardgrad bench --quick --out DIR`` run on 2 cores (an
-#: x86-64 Linux VM, torch 2.13.0 CPU, 2026-12-06) while other jobs kept the machine's load
-#: average at 3.5--4.9: on an idle machine expect less, ``speed`` about a third of it.
+#: Seconds each task took in one ``make bench`` (``hardgrad bench --quick --out DIR``) on a
+#: fresh clone, 2 cores (an x86-64 Linux VM, torch 2.13.0 CPU, 2026-12-06, load average 1.0
+#: to 1.2); a loaded machine takes longer, ``speed`` and ``models`` most (see the benchmarks
+#: guide).
 QUICK_ESTIMATES_S: dict[str, float] = {
-    "toy": 20.0,
-    "poly": 15.0,
-    "vae-categorical": 22.0,
-    "vae-bernoulli": 22.0,
-    "qat": 11.0,
-    "speed": 330.0,
+    "toy": 8.0,
+    "poly": 9.0,
+    "vae-categorical": 10.0,
+    "vae-bernoulli": 10.0,
+    "qat": 6.0,
+    "speed": 91.0,
     "vq": 18.0,
-    "models": 34.0,
-    "moe": 23.0,
-    "shortest-path": 11.0,
-    "l0": 13.0,
-    "ranking": 10.0,
-    "snn": 11.0,
+    "models": 19.0,
+    "moe": 16.0,
+    "shortest-path": 8.0,
+    "l0": 9.0,
+    "ranking": 7.0,
+    "snn": 7.0,
+    "policy": 8.0,
 }
 
 
