@@ -16,7 +16,7 @@ from .. import vq as _vq
 from .._core.compiler import compiler_disabled
 from .._core.kernels import opmath_dtype
 from .._core.validation import check_all_finite, check_int, check_positive, check_real
-from ..vq._fsq import _check_symmetry
+from ..vq._fsq import _check_noise_dropout, _check_symmetry, _fsq_noise
 from ._vq_codebook import _check_channels
 
 
@@ -28,6 +28,12 @@ class FSQ(nn.Module):
     ``channel_dim``. ``preserve_symmetry=True`` takes the symmetric grid (both ends of
     :math:`[-1, 1]` included, even levels too; Parker et al. 2024,
     https://arxiv.org/abs/2411.19842). :meth:`indices_to_codes` and :meth:`codes_to_indices` convert both ways.
+
+    With ``noise_dropout`` = :math:`p > 0`, in training mode only, each element's rounding
+    is replaced with probability :math:`p` by uniform noise one step wide (Parker et al.'s
+    noise substitution; :func:`hardgrad.vq.fsq`), drawn with the module's CPU generator
+    (seeded by ``seed``; not saved in checkpoints); ``indices`` are the rounded codes'. In
+    eval mode the output is the plain FSQ's.
 
     Example:
         >>> import torch, hardgrad as hg
@@ -42,12 +48,21 @@ class FSQ(nn.Module):
     """
 
     def __init__(
-        self, levels: Any, *, channel_dim: int = -1, preserve_symmetry: bool = False
+        self,
+        levels: Any,
+        *,
+        channel_dim: int = -1,
+        preserve_symmetry: bool = False,
+        noise_dropout: float = 0.0,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         self.levels = _vq._check_levels(levels)
         self.channel_dim = check_int(channel_dim, "channel_dim")
         self.preserve_symmetry = _check_symmetry(preserve_symmetry)
+        self.noise_dropout = _check_noise_dropout(noise_dropout)
+        self.seed = check_int(seed, "seed", low=0)
+        self.generator = torch.Generator().manual_seed(self.seed)
 
     @property
     def codebook_size(self) -> int:
@@ -60,7 +75,9 @@ class FSQ(nn.Module):
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
         d = _check_channels(z, self.channel_dim, len(self.levels), "len(levels)")
         check_all_finite(z, "z")
-        return _vq._checked_fsq(z, self.levels, d, self.preserve_symmetry)
+        p = self.noise_dropout if self.training else 0.0
+        noise = _fsq_noise(z, d, p, self.generator)
+        return _vq._checked_fsq(z, self.levels, d, self.preserve_symmetry, noise)
 
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """The codes of ``indices`` (:func:`hardgrad.vq.fsq_indices_to_codes`)."""
@@ -80,7 +97,8 @@ class FSQ(nn.Module):
 
     def extra_repr(self) -> str:
         symmetric = ", preserve_symmetry=True" if self.preserve_symmetry else ""
-        return f"levels={self.levels}{symmetric}"
+        noise = f", noise_dropout={self.noise_dropout}" if self.noise_dropout else ""
+        return f"levels={self.levels}{symmetric}{noise}"
 
 
 class LFQ(nn.Module):

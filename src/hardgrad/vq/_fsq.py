@@ -10,8 +10,10 @@ import torch
 from torch import Tensor
 
 from .. import ops
+from .._core.compiler import compiler_disabled
 from .._core.kernels import cached_tensor, cast, constant, eager_plain
-from .._core.validation import check_all_finite, check_dim, check_floating
+from .._core.validation import check_all_finite, check_dim, check_floating, check_real
+from ..stochastic._checks import _check_generator
 from ._common import _check_indices, _compute_dtype
 
 
@@ -64,7 +66,13 @@ def _make_fsq_constants(
 
 
 def fsq(
-    z: Tensor, levels: Any, *, dim: int = -1, preserve_symmetry: bool = False
+    z: Tensor,
+    levels: Any,
+    *,
+    dim: int = -1,
+    preserve_symmetry: bool = False,
+    noise_dropout: float = 0.0,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Finite scalar quantization (Mentzer et al. 2023, https://arxiv.org/abs/2309.15505).
 
@@ -99,6 +107,22 @@ def fsq(
     the floor with a straight-through gradient (:func:`hardgrad.floor`); the digit is
     :math:`k_i \in \{0, \dots, L_i - 1\}`.
 
+    With ``noise_dropout`` = :math:`p > 0`, the noise substitution of Parker et al. 2024
+    (Section 3.2, https://arxiv.org/abs/2411.19842): each element, with probability
+    :math:`p`, has its rounding replaced by uniform noise one step :math:`\Delta_i` wide
+    (:math:`\Delta_i = 1/\lfloor L_i/2\rfloor`, or :math:`2/(L_i - 1)` on the symmetric grid),
+
+    .. math::
+
+        \hat z_i = u_i + \Delta_i\,\varepsilon_i, \qquad \varepsilon_i \sim U(-\tfrac12, \tfrac12),
+
+    :math:`u_i` the unrounded value (:math:`b_i/\lfloor L_i/2\rfloor`, or :math:`\tanh z_i`),
+    with the same gradient as above (the straight-through round's). The indices stay those
+    of the rounded codes. The draws, in ``z``'s layout with ``dim`` moved last and the
+    compute dtype, are ``keep = torch.rand(shape, generator=generator) < p`` then
+    ``eps = torch.rand(shape, generator=generator) - 0.5`` (so a seeded ``generator``
+    repeats them). :class:`hardgrad.nn.FSQ` applies it in training mode only.
+
     Returns:
         ``(z_q, indices)``; ``indices`` of shape ``z.shape`` without ``dim``.
 
@@ -121,7 +145,44 @@ def fsq(
             f"Expected z.shape[{d}] == len(levels) = {len(lv)}, but found {z.shape[d]}"
         )
     check_all_finite(z, "z")
-    return _checked_fsq(z, lv, d, _check_symmetry(preserve_symmetry))
+    p = _check_noise_dropout(noise_dropout)
+    _check_generator(generator)
+    symmetric = _check_symmetry(preserve_symmetry)
+    return _checked_fsq(z, lv, d, symmetric, _fsq_noise(z, d, p, generator))
+
+
+def _check_noise_dropout(value: Any) -> float:
+    p = check_real(value, "noise_dropout")
+    if not 0 <= p <= 1:
+        raise ValueError(f"Expected `noise_dropout` in [0, 1], but found noise_dropout={value!r}")
+    return p
+
+
+def _fsq_noise(
+    z: Tensor, dim: int, p: float, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor] | None:
+    """FSQ noise substitution's draws for ``z`` (see :func:`fsq`), ``None`` for ``p = 0``.
+    Drawn before any other op on ``z``: under ``torch.compile`` the draw is a graph break,
+    and the graph resumed after it then holds no intermediate tensor."""
+    if p == 0:
+        return None
+    shape = [*z.shape[:dim], *z.shape[dim + 1 :], z.shape[dim]]
+    return _draw_noise(shape, p, generator, _compute_dtype(z.dtype), z.device)
+
+
+@compiler_disabled  # a generator's draw: outside graphs
+def _draw_noise(
+    shape: list[int],
+    p: float,
+    generator: torch.Generator | None,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[Tensor, Tensor]:
+    """Which elements take noise, and the noise (see :func:`fsq`)."""
+    where = generator.device if generator is not None else device
+    keep = torch.rand(shape, generator=generator, dtype=dtype, device=where) < p
+    eps = torch.rand(shape, generator=generator, dtype=dtype, device=where) - 0.5
+    return keep.to(device), eps.to(device)
 
 
 def _check_symmetry(value: Any) -> bool:
@@ -133,7 +194,11 @@ def _check_symmetry(value: Any) -> bool:
 
 
 def _checked_fsq(
-    z: Tensor, levels: tuple[int, ...], dim: int, preserve_symmetry: bool = False
+    z: Tensor,
+    levels: tuple[int, ...],
+    dim: int,
+    preserve_symmetry: bool = False,
+    noise: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """:func:`fsq` with its arguments checked: ``levels`` from :func:`_check_levels`,
     ``dim`` non-negative with ``z.shape[dim] == len(levels)`` (:class:`hardgrad.nn.FSQ`,
@@ -149,8 +214,12 @@ def _checked_fsq(
     last = dim == z.dim() - 1
     x = cast(z if last else z.movedim(dim, -1), compute)
     if preserve_symmetry:
-        k = ops.floor(steps * (torch.tanh(x) + 1) / 2 + 0.5)
-        z_q = cast(k * spacing - 1, z.dtype)
+        t = torch.tanh(x)
+        k = ops.floor(steps * (t + 1) / 2 + 0.5)
+        z_q = k * spacing - 1
+        if noise is not None:
+            z_q = torch.where(noise[0], t + noise[1] * spacing, z_q)
+        z_q = cast(z_q, z.dtype)
         if not last:
             z_q = z_q.movedim(-1, dim)
         indices = (k.detach().to(torch.int64) * _radix(levels, z.device)).sum(-1)
@@ -162,6 +231,8 @@ def _checked_fsq(
         z_q.detach().add_(constant(0.0, z_q))  # no -0 codes
     else:
         z_q = z_q + 0.0
+    if noise is not None:
+        z_q = torch.where(noise[0], (b + noise[1]) / width, z_q)
     z_q = cast(z_q, z.dtype)
     if not last:
         z_q = z_q.movedim(-1, dim)
