@@ -30,6 +30,7 @@ TINY = SpeedConfig(
     small_numel=64,
     plot=False,
     samplers=(),  # test_speed_samplers_every_pathwise_estimator covers them
+    sorting=(),  # test_sorting_rows_without_torchsort covers them
 )
 
 
@@ -100,6 +101,7 @@ def test_speed_samplers_every_pathwise_estimator(
         compile=False,
         plot=False,
         lsq=False,
+        sorting=(),
         small_numel=64,
     )
     document = _run(tmp_path, config, capsys)
@@ -175,6 +177,7 @@ def test_speed_compiled_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str
         samplers=(),  # compiling a sampler takes ~10 s more
         rao_ks=(),
         lsq=False,
+        sorting=(),
     )
     document = _run(tmp_path, config, capsys)
     entry = document["tasks"]["speed"]["results"]["ops"]["round"]
@@ -286,6 +289,7 @@ def test_an_alternative_that_computes_something_else_is_reported_and_not_timed(
         samplers=(),
         rao_ks=(),
         lsq=False,
+        sorting=(),
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     half = ops["round"]["candidates"]["half"]
@@ -316,6 +320,7 @@ def test_compiled_hardgrad_that_differs_from_eager_is_reported_not_timed(
         samplers=(),
         rao_ks=(),
         lsq=False,
+        sorting=(),
     )
     ops = _run(tmp_path, config, capsys)["tasks"]["speed"]["results"]["ops"]
     assert ops["round"]["compiled"] is None
@@ -344,3 +349,55 @@ def test_gumbel_rao_sweep_reports_time_bytes_and_faults_per_k() -> None:
                 assert row["saved_bytes_per_element"] == saved, (kind, name)
     table = rao_table(data)
     assert len(table.rows) == 6 and table.rows[1][1] == "gumbel_rao, k = 1"
+
+
+def test_sorting_rows_without_torchsort(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without torchsort, every soft sort/rank row is there, hardgrad timed alone."""
+    import sys
+
+    from hardgrad.bench.speed._sorting import NOT_INSTALLED, ROWS
+
+    monkeypatch.setitem(sys.modules, "torchsort", None)  # `import torchsort` fails
+    config = SpeedConfig(
+        ops=(),
+        samplers=(),
+        rao_ks=(),
+        audit=False,
+        lsq=False,
+        sorting=((4, 8), (2, 16)),
+        rounds=2,
+        min_run_time=0.001,
+        compile=False,
+        small_numel=None,
+        plot=False,
+    )
+    document = _run(tmp_path, config, capsys)
+    rows = document["tasks"]["speed"]["results"]["sorting"]
+    assert len(rows) == 2 * len(ROWS)
+    assert {(r["op"], r["regularization"]) for r in rows.values()} == set(ROWS)
+    for r in rows.values():
+        assert r["note"] == NOT_INSTALLED and r["torchsort_ms"] is None
+        assert _positive(r["hardgrad_ms"])
+    report = (tmp_path / "report.md").read_text()
+    assert report.count(NOT_INSTALLED) >= 2 * len(ROWS)
+
+
+def test_sorting_rows_refuse_a_torchsort_that_computes_something_else() -> None:
+    """A torchsort whose forward is off is reported and left out of the timing."""
+    import types
+
+    import torch
+
+    from hardgrad.bench.speed import _sorting
+
+    def off(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return x + 1e-2
+
+    fake = types.SimpleNamespace(soft_sort=off, soft_rank=off)
+    rows = _sorting.run_sorting(
+        ((3, 5),), BenchSettings(threads=1), 1, 0.001, random.Random(0), torchsort=fake
+    )
+    for r in rows.values():
+        assert r["torchsort_ms"] is None and r["note"].startswith("left out:")

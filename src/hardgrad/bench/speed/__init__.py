@@ -43,6 +43,9 @@ also swept over its number of draws ``k`` (time, saved bytes and page faults per
 to ST-Gumbel: its cost should be linear in ``k``): see :mod:`hardgrad.bench.speed._rao`. LSQ (``hg.quantize`` with a learned
 scale, and zero point) is timed against PyTorch's fused learnable fake-quantize kernels,
 per tensor and per channel, at both sizes: see :mod:`hardgrad.bench.speed._lsq`.
+``hg.soft_sort`` and ``hg.soft_rank`` (l2 and kl) are timed against torchsort at 256 x 100
+and 32 x 1000 when ``import torchsort`` works (else hardgrad alone, the row saying so):
+see :mod:`hardgrad.bench.speed._sorting`.
 """
 
 from ._candidates import ALTERNATIVES, Candidate, alternatives_for

@@ -37,6 +37,11 @@ class SpeedConfig:
             skips the sweep.
         lsq: time LSQ against torch's fused learnable fake-quantize kernels at
             ``small_numel`` and ``numel`` elements (:mod:`hardgrad.bench.speed._lsq`).
+        sorting: ``(N, n)`` shapes at which ``hg.soft_sort``/``hg.soft_rank`` (l2, kl) are
+            timed against torchsort when it is installed
+            (:mod:`hardgrad.bench.speed._sorting`); ``()`` skips them.
+        sorting_budget_s: wall seconds of timing rounds per soft sort/rank row (``None``:
+            ``budget_s``).
         budget_s: wall seconds each comparison's timing rounds may take (one op in one
             mode, one sampler row, ...): on a loaded machine fewer than ``rounds`` are
             run, at least :data:`~hardgrad.bench._timing.MIN_ROUNDS` (``None``: always
@@ -59,6 +64,8 @@ class SpeedConfig:
     audit: bool = True
     rao_ks: tuple[int, ...] = (1, 2, 5, 10, 20)
     lsq: bool = True
+    sorting: tuple[tuple[int, int], ...] = ((256, 100), (32, 1000))
+    sorting_budget_s: float | None = None
     budget_s: float | None = None
 
 
@@ -85,5 +92,7 @@ def default_config(quick: bool) -> SpeedConfig:
             compile_samplers=QUICK_COMPILE_SAMPLERS,
             rao_ks=(1, 5, 10),
             budget_s=QUICK_BUDGET_S,
+            sorting=((256, 100),),
+            sorting_budget_s=1.0,
         )
     return SpeedConfig()

@@ -42,6 +42,7 @@ from ._rao import rao_table, run_rao_sweep
 from ._report import notes, plot, tables
 from ._sampler_report import sampler_tables
 from ._samplers import progress_steps, resolve_rows, run_samplers
+from ._sorting import run_sorting, sorting_table
 
 # --------------------------------------------------------------------------- checks
 
@@ -309,7 +310,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         + progress_steps(sampler_rows, compiled_samplers, small=small_matrix is not None)
         + (1 if config.audit else 0)
         + (1 if config.rao_ks else 0)
-        + (1 if config.lsq else 0),
+        + (1 if config.lsq else 0)
+        + (1 if config.sorting else 0),
     )
     t_start = time.perf_counter()
     load_before = _load_average()
@@ -354,6 +356,17 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
                     rng,
                 )
                 progress.advance("LSQ against torch's learnable kernels")
+            sorting = None
+            if config.sorting:
+                sorting = run_sorting(
+                    config.sorting,
+                    settings,
+                    config.rounds,
+                    config.min_run_time,
+                    rng,
+                    config.sorting_budget_s,
+                )
+                progress.advance("soft sort and rank against torchsort")
     finally:
         progress.finish()
     wall = time.perf_counter() - t_start
@@ -364,6 +377,7 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         "audit_overhead": audit_overhead,
         "gumbel_rao": rao,
         "lsq": lsq,
+        "sorting": sorting,
         "threads": torch.get_num_threads(),
         "load_average_before": load_before,
         "load_average_after": _load_average(),
@@ -386,6 +400,8 @@ def run(settings: BenchSettings, config: SpeedConfig | None, progress: Progress)
         result.tables.append(audit_table(audit_overhead))
     if lsq is not None:
         result.tables.append(lsq_table(lsq))
+    if sorting is not None:
+        result.tables.append(sorting_table(sorting))
     if data["load_average_before"] is not None:
         result.notes.append(
             "1-minute load average of the machine: "
