@@ -103,3 +103,79 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="`num_codebooks`"):
         hg.nn.LFQ(4, num_codebooks=2.0)
     assert hg.nn.LFQ(100, num_codebooks=2).codebook_size == 2**50
+
+
+def test_codebook_scale_against_the_float64_formula():
+    """Codes +-s: values, the unscaled straight-through gradient, the entropies of the
+    assignment to the scaled codes and the commitment to them, all from float64 here."""
+    s, tau = 0.5, 0.7
+    z = torch.randn(40, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    z.requires_grad_()
+    lfq = hg.nn.LFQ(4, num_codebooks=2, codebook_scale=s, tau=tau, diversity_gamma=0.8)
+    z_q, indices, loss = lfq(z)
+    signs = torch.where(z.detach() >= 0, 1.0, -1.0).double()
+    assert torch.equal(z_q.detach(), s * signs)
+    assert torch.equal(indices, hg.nn.LFQ(4, num_codebooks=2)(z.detach())[1])
+    assert torch.equal(lfq.indices_to_codes(indices, torch.float64), z_q.detach())
+    rows = z.detach().reshape(-1, 2, 2)
+    codes = s * torch.tensor(list(itertools.product([-1.0, 1.0], repeat=2))).double()
+    per, book = [], []
+    for g in range(2):
+        q = torch.softmax(-((rows[:, g, None] - codes[None]) ** 2).sum(-1) / tau, -1)
+        per.append(-(q * q.log()).sum(-1).mean())
+        mean = q.mean(0)
+        book.append(-(mean * mean.log()).sum())
+    entropy = torch.stack(per).mean() - 0.8 * torch.stack(book).mean()
+    want = 0.1 * entropy + 0.25 * ((z.detach() - s * signs) ** 2).mean()
+    torch.testing.assert_close(loss.detach(), want)
+    (grad,) = torch.autograd.grad(z_q.sum(), z)
+    assert torch.equal(grad, torch.ones_like(grad))  # the identity surrogate, unscaled
+    (grad,) = torch.autograd.grad(loss, z)
+    z64 = z.detach().clone().requires_grad_()
+    rows = z64.reshape(-1, 2, 2)
+    per, book = [], []
+    for g in range(2):
+        q = torch.softmax(-((rows[:, g, None] - codes[None]) ** 2).sum(-1) / tau, -1)
+        per.append(-(q * q.log()).sum(-1).mean())
+        mean = q.mean(0)
+        book.append(-(mean * mean.log()).sum())
+    ref = 0.1 * (torch.stack(per).mean() - 0.8 * torch.stack(book).mean())
+    ref = ref + 0.25 * ((z64 - s * signs) ** 2).mean()
+    ref.backward()
+    torch.testing.assert_close(grad, z64.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_codebook_scale_dtypes_and_empty(dtype):
+    z = torch.randn(16, 3, generator=torch.Generator().manual_seed(4)).to(dtype)
+    for s in (0.5, 0.3, 3.0):
+        z_q, _, loss = hg.nn.LFQ(3, codebook_scale=s)(z)
+        assert z_q.dtype == dtype and loss.dtype == torch.float32
+        signs = torch.where(z >= 0, 1.0, -1.0).double()
+        assert torch.equal(z_q, (s * signs).to(dtype))
+    z_q, indices, loss = hg.nn.LFQ(3, codebook_scale=0.5)(torch.zeros(0, 3, dtype=dtype))
+    assert z_q.shape == (0, 3) and indices.shape == (0,) and float(loss) == 0
+
+
+def test_codebook_scale_bad_input_and_compile():
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="codebook_scale"):
+            hg.nn.LFQ(4, codebook_scale=bad)
+    with pytest.raises(TypeError, match="codebook_scale"):
+        hg.nn.LFQ(4, codebook_scale="1")
+    assert "codebook_scale=0.5" in repr(hg.nn.LFQ(4, codebook_scale=0.5))
+
+
+@pytest.mark.compile
+def test_codebook_scale_compile_with_a_changing_batch():
+    lfq = hg.nn.LFQ(4, codebook_scale=0.25)
+    compiled = torch.compile(lfq, dynamic=True)
+    for n in (3, 6, 11):
+        z = torch.randn(n, 4, generator=torch.Generator().manual_seed(n), requires_grad=True)
+        want = lfq(z)
+        got = compiled(z)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(
+            torch.autograd.grad(got[2], z)[0], torch.autograd.grad(want[2], z)[0]
+        )

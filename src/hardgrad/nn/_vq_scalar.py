@@ -128,6 +128,12 @@ class LFQ(nn.Module):
     :math:`N \times 2^d` assignments, the loss an unbiased estimate of the per-sample term
     only (as there, the codebook term is the entropy of the subset's mean).
 
+    ``codebook_scale`` = :math:`s` > 0 makes the codes :math:`\pm s` (vector-quantize-pytorch's
+    ``codebook_scale``, e.g. halved per stage of a residual LFQ): ``z_q`` is :math:`s` times the
+    signs with the surrogate's gradient unscaled (the identity by default, as there), the
+    soft assignment is to the scaled codes, :math:`q(c_i = +1\mid z_i) = \sigma(4 s z_i/\tau)`,
+    and the commitment is :math:`\lVert z - \operatorname{sg}[z_q]\rVert^2` to them.
+
     Example:
         >>> import torch, hardgrad as hg
         >>> lfq = hg.nn.LFQ(3)
@@ -150,8 +156,10 @@ class LFQ(nn.Module):
         num_codebooks: int = 1,
         frac_per_sample_entropy: float = 1.0,
         seed: int = 0,
+        codebook_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        self.codebook_scale = check_positive(codebook_scale, "codebook_scale")
         self.num_codebooks = check_int(num_codebooks, "num_codebooks", low=1)
         self.dim = check_int(dim, "dim", low=1, high=62 * self.num_codebooks)
         if self.dim % self.num_codebooks:
@@ -190,13 +198,16 @@ class LFQ(nn.Module):
             x = _vq.code_last(z, d).unflatten(-1, (groups, bits))
             z_q, indices = _vq.lfq(x, dim=-1, surrogate=self.surrogate)
             z_q = _vq.code_back(z_q.flatten(-2), d)
+        if self.codebook_scale != 1:  # the value s * sign, the surrogate's gradient
+            z_q = (z_q * self.codebook_scale).detach() + (z_q - z_q.detach())
         compute = opmath_dtype(z.dtype)  # float32 for half types, else z's own
         if z.numel() == 0:
             return z_q, indices, z.new_zeros((), dtype=compute)
         rows = _vq.code_last(z, d).reshape(-1, groups, bits)
         if self.training and self.frac_per_sample_entropy < 1:
             rows = rows[self._draw_rows(len(rows)).to(rows.device)]
-        entropies = [_vq._lfq_entropy(rows[:, g], 1, self.tau) for g in range(groups)]
+        tau = self.tau / self.codebook_scale  # 4 s z / tau: the scaled codes' assignment
+        entropies = [_vq._lfq_entropy(rows[:, g], 1, tau) for g in range(groups)]
         per_sample = torch.stack([e[0] for e in entropies]).mean()
         codebook = torch.stack([e[1] for e in entropies]).mean()
         entropy = per_sample - self.diversity_gamma * codebook
@@ -210,13 +221,15 @@ class LFQ(nn.Module):
         return torch.randperm(count, generator=self.generator)[:keep]
 
     def indices_to_codes(self, indices: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        """The ±1 codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`; with
-        several codebooks ``indices`` end in the codebook dimension)."""
+        """The ±``codebook_scale`` codes of ``indices`` (:func:`hardgrad.vq.lfq_indices_to_codes`
+        times the scale; with several codebooks ``indices`` end in the codebook dimension)."""
         if self.num_codebooks == 1:
-            return _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
-        bits = self.dim // self.num_codebooks
-        codes = _vq.lfq_indices_to_codes(indices, bits, dtype=dtype).flatten(-2)
-        return codes.movedim(-1, self.channel_dim)
+            codes = _vq.lfq_indices_to_codes(indices, self.dim, dim=self.channel_dim, dtype=dtype)
+        else:
+            bits = self.dim // self.num_codebooks
+            codes = _vq.lfq_indices_to_codes(indices, bits, dtype=dtype).flatten(-2)
+            codes = codes.movedim(-1, self.channel_dim)
+        return codes * self.codebook_scale if self.codebook_scale != 1 else codes
 
     def extra_repr(self) -> str:
         text = (
@@ -227,4 +240,6 @@ class LFQ(nn.Module):
             text += f", num_codebooks={self.num_codebooks}"
         if self.frac_per_sample_entropy < 1:
             text += f", frac_per_sample_entropy={self.frac_per_sample_entropy}"
+        if self.codebook_scale != 1:
+            text += f", codebook_scale={self.codebook_scale}"
         return text
