@@ -132,11 +132,15 @@ def _requirement_name(requirement: str) -> str:
 class _Imports(ast.NodeVisitor):
     """Collects third-party imports (outside the standard library and hardgrad), split
     into those that run when the module is imported and those inside functions or under
-    ``if TYPE_CHECKING:`` (run only when called, or never)."""
+    ``if TYPE_CHECKING:`` (run only when called, or never). An import in the body of a
+    ``try`` that catches ``ImportError`` (or ``ModuleNotFoundError``) is optional by
+    construction (a peer library a benchmark compares with when it is there) and is not
+    collected: it cannot fail for a missing package."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.depth = 0
+        self.guarded = 0
         self.at_import: dict[str, set[str]] = {}
         self.deferred: dict[str, set[str]] = {}
 
@@ -166,8 +170,26 @@ class _Imports(ast.NodeVisitor):
         else:
             self.generic_visit(node)
 
+    def visit_Try(self, node: ast.Try) -> None:
+        names = {
+            n.id
+            for handler in node.handlers
+            if handler.type is not None
+            for n in ast.walk(handler.type)
+            if isinstance(n, ast.Name)
+        }
+        optional = bool(names & {"ImportError", "ModuleNotFoundError"})
+        self.guarded += optional
+        for child in node.body:
+            self.visit(child)
+        self.guarded -= optional
+        for child in [*node.handlers, *node.orelse, *node.finalbody]:
+            self.visit(child)
+
     def _add(self, name: str) -> None:
         top = name.split(".")[0]
+        if self.guarded:
+            return
         if top != "hardgrad" and top not in sys.stdlib_module_names:
             target = self.deferred if self.depth else self.at_import
             target.setdefault(top, set()).add(self.path)
@@ -340,3 +362,29 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(built: Built, tmp_path: Path)
         assert re.search(rf"^\s+{re.escape(name)}\s", listing, re.MULTILINE), name
     for name in hg.estimators.ESTIMATORS.names():
         assert re.search(rf"^\s+{re.escape(name)}\s", listing, re.MULTILINE), name
+
+
+def test_import_scan_skips_only_imports_guarded_by_import_error() -> None:
+    """The scan that checks declared dependencies: an optional peer import inside
+    ``try: ... except ImportError`` is not a dependency; the same import unguarded, or
+    guarded by another exception, still is."""
+    source = """
+import numpy
+def f():
+    try:
+        import torchsort
+    except ImportError:
+        return None
+    try:
+        import scipy
+    except ValueError:
+        pass
+    try:
+        import rich
+    except (OSError, ModuleNotFoundError):
+        pass
+"""
+    visitor = _Imports("x.py")
+    visitor.visit(ast.parse(source))
+    assert set(visitor.at_import) == {"numpy"}
+    assert set(visitor.deferred) == {"scipy"}
