@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 import hardgrad as hg
+from _references import CAT_LOGITS, two_categoricals, two_categoricals_gradient
 from hardgrad.diagnostics import Comparison, ComparisonRow, compare, exact_gradient
 
 
@@ -26,27 +27,6 @@ def gen(seed: int) -> torch.Generator:
 
 def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
-
-
-CAT_LOGITS = torch.tensor([[0.3, -0.5, 1.1], [-0.2, 0.8, 0.0]], dtype=torch.float64)
-CAT_A = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0], [2.0, 1.0, -0.5]], dtype=torch.float64)
-CAT_C = torch.tensor([0.7, -0.3, 1.5], dtype=torch.float64)
-
-
-def two_categoricals(d: Tensor) -> Tensor:
-    """D0^T A D1 + c . D0 for one-hots D0, D1 (K = 3, L = 2)."""
-    d0, d1 = d[..., 0, :], d[..., 1, :]
-    return torch.einsum("...k,kl,...l->...", d0, CAT_A, d1) + d0 @ CAT_C
-
-
-def two_categoricals_gradient(logits: Tensor) -> Tensor:
-    """E f = p0^T A p1 + c . p0; the softmax Jacobian is diag(p) - p p^T."""
-    p0, p1 = logits.softmax(-1)
-
-    def jacobian(p: Tensor) -> Tensor:
-        return torch.diag(p) - torch.outer(p, p)
-
-    return torch.stack([jacobian(p0) @ (CAT_A @ p1 + CAT_C), jacobian(p1) @ (CAT_A.T @ p0)])
 
 
 # --------------------------------------------------------------------------------------
