@@ -39,11 +39,16 @@ def test_long_rows_take_pav():
         calls.append(args[0].shape)
         return original(*args)
 
+    # The differentiable composition (what torch.func and torch.compile run; eager calls
+    # go through the Functions of _soft_function, tested in test_soft_function.py).
+    def composed(n):
+        torch.func.grad(lambda t: hg.soft_rank(t).sum())(torch.randn(3, n))
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(isotonic, "_pav_blocks", spy)
-        hg.soft_rank(torch.randn(3, isotonic.PAV_MIN_LENGTH))
+        composed(isotonic.PAV_MIN_LENGTH)
         assert calls == [torch.Size([3, isotonic.PAV_MIN_LENGTH])]
-        hg.soft_rank(torch.randn(3, isotonic.PAV_MIN_LENGTH - 1))
+        composed(isotonic.PAV_MIN_LENGTH - 1)
         assert len(calls) == 1  # shorter rows: the min-max formula
 
 
@@ -143,6 +148,9 @@ def test_pav_under_compile_vmap_and_grad():
             x
         )
         torch.testing.assert_close(batched, hg.soft_sort(x, strength=0.5, regularization=reg))
+    # float64: the eager Function (computed in double) and the composition (in the input's
+    # dtype) agree to float64 rounding, not to float32's.
+    x = x.double()
     per_sample = torch.vmap(torch.func.grad(lambda t: (hg.soft_rank(t, strength=0.5) ** 2).sum()))(
         x
     )

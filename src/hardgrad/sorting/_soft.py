@@ -5,6 +5,7 @@ solved by :mod:`hardgrad.sorting._isotonic` (private; re-exported by
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -12,24 +13,31 @@ from torch import Tensor
 
 from .._core.kernels import opmath
 from .._core.validation import check_positive
-from ._common import REGULARIZATIONS, _bounded, _check_bool, _check_choice, _check_input
-from ._isotonic import block_statistics
+from ._common import (
+    REGULARIZATIONS,
+    _bounded,
+    _bounded_scaled,
+    _check_bool,
+    _check_choice,
+    _check_input,
+    _plain,
+)
+from ._isotonic_function import isotonic_output
+from ._soft_function import SoftRankAscending, SoftSortDescending
 
 # --------------------------------------------------------------------------- isotonic
 
 
 def _isotonic(s: Tensor, w: Tensor, regularization: str) -> Tensor:
     """The decreasing isotonic solution :math:`v` itself (see :mod:`hardgrad.sorting._isotonic`)."""
-    stat_s, stat_w = block_statistics(s, w, regularization)
-    return stat_s - stat_w
+    return isotonic_output(s, w, regularization, "dual")
 
 
 def _primal(s: Tensor, w: Tensor, regularization: str) -> Tensor:
     r""":math:`s - v` without cancellation: :math:`(s_i - \bar s_B) + \bar w_B` over each
     entry's block :math:`B` (log-sum-exps for ``"kl"``), so that a block of one gives
     :math:`w_i` bit for bit however large :math:`s` is."""
-    stat_s, stat_w = block_statistics(s, w, regularization)
-    return (s - stat_s) + stat_w
+    return isotonic_output(s, w, regularization, "primal")
 
 
 def isotonic_regression(y: Tensor, *, dim: int = -1, increasing: bool = True) -> Tensor:
@@ -66,20 +74,38 @@ def _rho(n: int, like: Tensor) -> Tensor:
     return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
 
 
-def _soft_sort_desc(x: Tensor, strength: float, regularization: str) -> Tensor:
-    """Descending soft sort along the last dimension (already in the compute dtype)."""
+def _soft_sort_desc(x: Tensor, strength: float, regularization: str, fast: bool = True) -> Tensor:
+    """Descending soft sort along the last dimension (already in the compute dtype); the
+    eager fast path unless ``fast=False`` (the differentiable composition)."""
     n = x.shape[-1]
-    w = torch.sort(_bounded(x, n), -1, descending=True).values
-    z = _bounded(_rho(n, x) / strength, n).expand_as(w)
-    return _primal(z, w, regularization)
+    x = _bounded(x, n)
+    z = _rho(n, x) / strength
+    if not n / strength <= torch.finfo(x.dtype).max / (8 * n):
+        z = _bounded(z, n)
+    if fast and _plain():
+        composition = partial(
+            _soft_sort_desc, strength=strength, regularization=regularization, fast=False
+        )
+        return SoftSortDescending.apply(x, z, regularization == "kl", composition)
+    w = torch.sort(x, -1, descending=True).values
+    return _primal(z.expand_as(w), w, regularization)
 
 
 def _soft_rank_asc(x: Tensor, strength: float, regularization: str) -> Tensor:
     """Ascending soft rank (1 = smallest) along the last dimension."""
     n = x.shape[-1]
-    z = _bounded(_bounded(x, n) / strength, n)
+    z = _bounded_scaled(x, n, strength)
+    if _plain():
+        composition = partial(_soft_rank_scaled, regularization=regularization)
+        return SoftRankAscending.apply(z, regularization == "kl", composition)
+    return _soft_rank_scaled(z, regularization)
+
+
+def _soft_rank_scaled(z: Tensor, regularization: str) -> Tensor:
+    """Ascending soft rank of ``z`` = x / strength (bounded), as differentiable operations."""
+    n = z.shape[-1]
     s, perm = torch.sort(z, -1, descending=True)
-    rho = _rho(n, x).expand_as(s)
+    rho = _rho(n, z).expand_as(s)
     w = rho if regularization == "l2" else torch.log(rho)
     primal = _primal(s, w, regularization)
     if regularization == "kl":

@@ -1,0 +1,89 @@
+r"""The soft sort and soft rank as one ``autograd.Function`` each (private): the eager fast
+path of :func:`hardgrad.soft_sort` and :func:`hardgrad.soft_rank`.
+
+Forward: the sort (``torch.sort``, descending), the isotonic step
+(:func:`hardgrad.sorting._isotonic_function.solve`: one scan of the compiled kernel on the
+CPU, tensor operations elsewhere) and, for the rank, the scatter back to the input's order;
+no graph is recorded. Backward, the permutation and blocks held fixed: the gather of the
+incoming gradient into sorted order, the isotonic step's block-constant Jacobian
+(:func:`~hardgrad.sorting._isotonic_function.solved_backward`) and the scatter back.
+Both are the same functions as the differentiable compositions in
+:mod:`hardgrad.sorting._soft`, which run under ``torch.compile``, ``torch.func`` and
+forward-mode AD; a backward that builds a graph (``create_graph=True``) runs that
+composition on the saved input and differentiates it, so higher derivatives are exact.
+The Functions save the ~10 autograd nodes of the composition (the sort's and the
+scatter's backward, the expansion of :math:`\rho`, the isotonic step's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._isotonic_function import solve, solved_backward
+
+__all__ = ["SoftRankAscending", "SoftSortDescending"]
+
+Composition = Callable[[Tensor], Tensor]
+
+
+def _rho(n: int, like: Tensor) -> Tensor:
+    return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
+
+
+def _recompute(composition: Composition, x: Tensor, grad: Tensor) -> Tensor:
+    """The gradient of ``composition`` at the saved input ``x``, as a graph (for a backward
+    run with ``create_graph=True``)."""
+    with torch.enable_grad():
+        out = composition(x)
+    return torch.autograd.grad(out, x, grad, create_graph=True)[0]
+
+
+class SoftSortDescending(torch.autograd.Function):
+    r"""``apply(x, z, kl, composition)``: the descending soft sort :math:`z - v` of ``x``
+    (bounded, rows along the last dimension) with ``z`` :math:`= \rho/\varepsilon` (one
+    row); ``composition(x)`` computes the same as differentiable operations."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, z: Tensor, kl: bool, composition: Composition) -> Tensor:
+        w, perm = torch.sort(x, -1, descending=True)
+        out, solved = solve(z.expand_as(w), w, kl, "primal")
+        ctx.save_for_backward(x, perm, *solved.tensors)
+        ctx.solved, ctx.composition = solved._replace(tensors=()), composition
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, perm, *tensors = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _recompute(ctx.composition, x, grad), None, None, None
+        _, grad_w = solved_backward(ctx.solved, tuple(tensors), grad, (False, True))
+        assert grad_w is not None
+        return torch.empty_like(grad_w).scatter_(-1, perm, grad_w), None, None, None
+
+
+class SoftRankAscending(torch.autograd.Function):
+    r"""``apply(z, kl, composition)``: the ascending soft ranks of ``z`` :math:`= x /
+    \varepsilon` (bounded, rows along the last dimension); ``composition(z)`` computes the
+    same as differentiable operations."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, kl: bool, composition: Composition) -> Tensor:
+        s, perm = torch.sort(z, -1, descending=True)
+        rho = _rho(z.shape[-1], z)
+        w = (torch.log(rho) if kl else rho).expand_as(s)
+        ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm)
+        ctx.save_for_backward(z, *solved.tensors)
+        ctx.solved, ctx.composition = solved._replace(tensors=()), composition
+        return ranks
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        z, *tensors = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _recompute(ctx.composition, z, grad), None, None
+        grad_z, _ = solved_backward(ctx.solved, tuple(tensors), grad, (True, False))
+        return grad_z, None, None
