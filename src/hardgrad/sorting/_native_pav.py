@@ -22,7 +22,7 @@ from torch import Tensor
 
 from .._core import native
 
-__all__ = ["MODES", "available", "backward", "forward"]
+__all__ = ["MODES", "available", "backward", "forward", "sort_descending"]
 
 _SOURCE = Path(__file__).with_name("_pav_kernel.c")
 #: Value outputs of :func:`forward`: none, ``s - v``, ``v`` or ``exp(s - v)``.
@@ -32,6 +32,13 @@ _I64 = ctypes.c_int64
 _INT = ctypes.c_int
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
+
+#: Rows at least this long, in tensors of at least :data:`SORT_MIN_ENTRIES` entries
+#: (twice that for float64), are sorted by the kernel: below, ``torch.sort`` is faster
+#: (measured on 2 CPU cores, 1 thread: float32 256 x 100 0.35 vs 0.63 ms, 32 x 1000 0.30
+#: vs 1.2 ms; 2048 x 16 0.90 vs 0.34 ms; float64 256 x 100 0.74 vs 0.64 ms).
+SORT_MIN_LENGTH = {torch.float32: 64, torch.float64: 128}
+SORT_MIN_ENTRIES = 4096
 
 _typed: set[int] = set()  # id() of the libraries whose functions have their argtypes
 
@@ -49,6 +56,9 @@ def _library() -> ctypes.CDLL | None:
             backward = getattr(lib, f"hg_pav_backward_{suffix}")
             backward.argtypes = [_INT, _INT, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _P]
             backward.restype = _INT
+            sort = getattr(lib, f"hg_sort_descending_{suffix}")
+            sort.argtypes = [_I64, _I64, _P, _I64, _P, _P]
+            sort.restype = _INT
         _typed.add(id(lib))
     return lib
 
@@ -164,3 +174,25 @@ def backward(
     if status != 0:
         raise MemoryError("hardgrad: the PAV kernel could not allocate its scratch memory")
     return grad_s, grad_w
+
+
+def sort_descending(x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``torch.sort(x, stable=True, dim=-1, descending=True)``, values and int64 indices
+    bit for bit (equal entries keep their order; -0.0 equals 0.0 and NaN comes first), by
+    the kernel's radix sort, where it is faster (see :data:`SORT_MIN_LENGTH`); ``None``
+    where it is not or the kernel is not available."""
+    lib = _library()
+    n = x.shape[-1]
+    if lib is None or not SORT_MIN_LENGTH[x.dtype] <= n < 2**31:
+        return None
+    if x.numel() < SORT_MIN_ENTRIES * (x.element_size() // 4):
+        return None
+    rows = x.numel() // n
+    x_rows, x_stride = _rows(x, n)
+    values = torch.empty(x.shape, dtype=x.dtype)
+    indices = torch.empty(x.shape, dtype=torch.int64)
+    kernel = getattr(lib, f"hg_sort_descending_{_SUFFIX[x.dtype]}")
+    status = kernel(rows, n, x_rows.data_ptr(), x_stride, values.data_ptr(), indices.data_ptr())
+    if status != 0:
+        raise MemoryError("hardgrad: the sort kernel could not allocate its scratch memory")
+    return values, indices

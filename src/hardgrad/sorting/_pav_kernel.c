@@ -52,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Widest span (max - min) of a row's s or w for the linear-domain kl form: every term
  * e^(x - max) >= e^-300 and every product of two block sums stays a normal double. */
@@ -356,3 +357,94 @@ static int allocate(scratch *m, int64_t n) {
 
 DEFINE_PAV(float, f32)
 DEFINE_PAV(double, f64)
+
+/*
+ * The sort before the isotonic step: each row sorted in decreasing order, stably (equal
+ * entries keep their order, as torch.sort on the CPU), by a least-significant-digit radix
+ * sort of 8-bit digits on keys that order like the floats (the sign bit flipped for
+ * positive numbers, all bits for negative ones, then all bits again for decreasing order;
+ * -0.0 is keyed as +0.0 and every NaN as the largest value, as torch.sort treats them).
+ * A digit that is the same for every key of the row is skipped. values[i] = x[indices[i]].
+ * Returns 0, or -1 when it cannot allocate its scratch memory.
+ */
+
+#define DEFINE_SORT(T, U, BITS, SUFFIX)                                                       \
+    static U sort_key_##SUFFIX(T value) {                                                     \
+        U u;                                                                                  \
+        if (value != value)                                                                   \
+            return 0; /* NaN: the largest, first in decreasing order */                       \
+        if (value == 0)                                                                       \
+            value = 0; /* -0.0 as +0.0 */                                                     \
+        memcpy(&u, &value, sizeof u);                                                         \
+        U sign = (U)1 << (BITS - 1);                                                          \
+        u = (u & sign) ? ~u : (u | sign); /* increasing with the value */                     \
+        return ~u;                        /* decreasing */                                    \
+    }                                                                                         \
+                                                                                              \
+    int hg_sort_descending_##SUFFIX(int64_t rows, int64_t n, const T *x, int64_t x_stride,    \
+                                    T *values, int64_t *indices) {                            \
+        if (rows <= 0 || n <= 0)                                                              \
+            return 0;                                                                         \
+        U *key = malloc(sizeof(U) * (size_t)n), *key2 = malloc(sizeof(U) * (size_t)n);        \
+        int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);                                   \
+        int64_t *idx2 = malloc(sizeof(int64_t) * (size_t)n);                                  \
+        uint32_t(*count)[256] = malloc(sizeof(uint32_t[256]) * (BITS / 8));                   \
+        if (!key || !key2 || !idx || !idx2 || !count) {                                       \
+            free(key);                                                                        \
+            free(key2);                                                                       \
+            free(idx);                                                                        \
+            free(idx2);                                                                       \
+            free(count);                                                                      \
+            return -1;                                                                        \
+        }                                                                                     \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            const T *xr = x + r * x_stride;                                                   \
+            memset(count, 0, sizeof(uint32_t[256]) * (BITS / 8));                             \
+            for (int64_t i = 0; i < n; i++) {                                                 \
+                U k = sort_key_##SUFFIX(xr[i]);                                               \
+                key[i] = k;                                                                   \
+                idx[i] = i;                                                                   \
+                for (int d = 0; d < BITS / 8; d++)                                            \
+                    count[d][(k >> (8 * d)) & 255]++;                                         \
+            }                                                                                 \
+            U *from = key, *to = key2;                                                        \
+            int64_t *ifrom = idx, *ito = idx2;                                                \
+            for (int d = 0; d < BITS / 8; d++) {                                              \
+                uint32_t *c = count[d];                                                       \
+                if ((int64_t)c[(from[0] >> (8 * d)) & 255] == n)                             \
+                    continue; /* one digit for the whole row */                               \
+                uint32_t total = 0;                                                           \
+                for (int b = 0; b < 256; b++) {                                               \
+                    uint32_t here = c[b];                                                     \
+                    c[b] = total;                                                             \
+                    total += here;                                                            \
+                }                                                                             \
+                for (int64_t i = 0; i < n; i++) {                                             \
+                    int64_t at = c[(from[i] >> (8 * d)) & 255]++;                             \
+                    to[at] = from[i];                                                         \
+                    ito[at] = ifrom[i];                                                       \
+                }                                                                             \
+                U *t = from;                                                                  \
+                from = to;                                                                    \
+                to = t;                                                                       \
+                int64_t *it = ifrom;                                                          \
+                ifrom = ito;                                                                  \
+                ito = it;                                                                     \
+            }                                                                                 \
+            T *vr = values + r * n;                                                           \
+            int64_t *ir = indices + r * n;                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                 \
+                ir[i] = ifrom[i];                                                             \
+                vr[i] = xr[ifrom[i]];                                                         \
+            }                                                                                 \
+        }                                                                                     \
+        free(key);                                                                            \
+        free(key2);                                                                           \
+        free(idx);                                                                            \
+        free(idx2);                                                                           \
+        free(count);                                                                          \
+        return 0;                                                                             \
+    }
+
+DEFINE_SORT(float, uint32_t, 32, f32)
+DEFINE_SORT(double, uint64_t, 64, f64)

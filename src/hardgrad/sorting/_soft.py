@@ -87,7 +87,7 @@ def _soft_sort_desc(x: Tensor, strength: float, regularization: str, fast: bool 
             _soft_sort_desc, strength=strength, regularization=regularization, fast=False
         )
         return SoftSortDescending.apply(x, z, regularization == "kl", composition)
-    w = torch.sort(x, -1, descending=True).values
+    w = torch.sort(x, stable=True, dim=-1, descending=True).values
     return _primal(z.expand_as(w), w, regularization)
 
 
@@ -104,7 +104,7 @@ def _soft_rank_asc(x: Tensor, strength: float, regularization: str) -> Tensor:
 def _soft_rank_scaled(z: Tensor, regularization: str) -> Tensor:
     """Ascending soft rank of ``z`` = x / strength (bounded), as differentiable operations."""
     n = z.shape[-1]
-    s, perm = torch.sort(z, -1, descending=True)
+    s, perm = torch.sort(z, stable=True, dim=-1, descending=True)
     rho = _rho(n, z).expand_as(s)
     w = rho if regularization == "l2" else torch.log(rho)
     primal = _primal(s, w, regularization)

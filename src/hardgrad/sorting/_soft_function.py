@@ -1,7 +1,8 @@
 r"""The soft sort and soft rank as one ``autograd.Function`` each (private): the eager fast
 path of :func:`hardgrad.soft_sort` and :func:`hardgrad.soft_rank`.
 
-Forward: the sort (``torch.sort``, descending), the isotonic step
+Forward: the sort (descending and stable: the kernel's radix sort on the CPU where it beats
+``torch.sort``, which it equals bit for bit), the isotonic step
 (:func:`hardgrad.sorting._isotonic_function.solve`: one scan of the compiled kernel on the
 CPU, tensor operations elsewhere) and, for the rank, the scatter back to the input's order;
 no graph is recorded. Backward, the permutation and blocks held fixed: the gather of the
@@ -23,15 +24,26 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from . import _native_pav
 from ._isotonic_function import solve, solved_backward
 
-__all__ = ["SoftRankAscending", "SoftSortDescending"]
+__all__ = ["SoftRankAscending", "SoftSortDescending", "sort_descending"]
 
 Composition = Callable[[Tensor], Tensor]
 
 
 def _rho(n: int, like: Tensor) -> Tensor:
     return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
+
+
+def sort_descending(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.sort(x, stable=True, dim=-1, descending=True)`` (the compositions' sort), by
+    the kernel's radix sort on the CPU where that is faster."""
+    native = _native_pav.sort_descending(x) if _native_pav.available(x) else None
+    if native is not None:
+        return native
+    values, indices = torch.sort(x, stable=True, dim=-1, descending=True)
+    return values, indices
 
 
 def _recompute(composition: Composition, x: Tensor, grad: Tensor) -> Tensor:
@@ -49,7 +61,7 @@ class SoftSortDescending(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, z: Tensor, kl: bool, composition: Composition) -> Tensor:
-        w, perm = torch.sort(x, -1, descending=True)
+        w, perm = sort_descending(x)
         out, solved = solve(z.expand_as(w), w, kl, "primal")
         ctx.save_for_backward(x, perm, *solved.tensors)
         ctx.solved, ctx.composition = solved._replace(tensors=()), composition
@@ -72,7 +84,7 @@ class SoftRankAscending(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, z: Tensor, kl: bool, composition: Composition) -> Tensor:
-        s, perm = torch.sort(z, -1, descending=True)
+        s, perm = sort_descending(z)
         rho = _rho(z.shape[-1], z)
         w = (torch.log(rho) if kl else rho).expand_as(s)
         ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm)
