@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def _source(tmp_path: Path, text: str = ADD, name: str = "hg_add.c") -> Path:
 
 def _expected(source: Path, cc: str) -> Path:
     """Where native puts the library of ``source`` compiled with ``cc`` and its flags."""
-    return native._target(source, [*cc.split(), *native._FLAGS])
+    return native._target(source, [*shlex.split(cc), *native._FLAGS])
 
 
 def _forbid_compiling(monkeypatch) -> None:
@@ -303,6 +304,29 @@ def test_cache_dir_precedence(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HARDGRAD_CACHE_DIR", "")  # empty counts as unset
     monkeypatch.setenv("XDG_CACHE_HOME", "")
     assert native.cache_dir() == home / ".cache" / "hardgrad"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: ignored
+    assert native.cache_dir() == home / ".cache" / "hardgrad"
+    monkeypatch.setenv("HARDGRAD_CACHE_DIR", "~/kernels")  # the user's home expanded
+    assert native.cache_dir() == home / "kernels"
+
+
+def test_a_source_that_does_not_exist_gives_none(tmp_path, cache, compiles) -> None:
+    assert native.load(tmp_path / "missing.c") is None
+    assert compiles == []
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a POSIX wrapper script stands in for the compiler")
+def test_a_compiler_path_with_spaces_is_split_as_a_shell_would(
+    tmp_path, cache, cc, monkeypatch
+) -> None:
+    folder = tmp_path / "my tools"
+    folder.mkdir()
+    wrapper = folder / "c compiler"
+    wrapper.write_text(f'#!/bin/sh\nexec "{cc}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", f"'{wrapper}'")
+    lib = native.load(_source(tmp_path))
+    assert lib is not None and lib.hg_add(2, 3) == 5
 
 
 @pytest.mark.skipif(os.name == "nt", reason="fake compilers here are POSIX executables")

@@ -9,11 +9,11 @@ get ``None`` and use their tensor-operation path (the same results, more slowly)
 
 * The kernels are plain C99 with no Python or torch headers: one library serves every
   Python and torch version; they take raw pointers of contiguous CPU tensors.
-* The compiler: ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on the path,
+* The compiler: ``$CC`` if set (split as a shell would), else the first of ``cc``, ``gcc``, ``clang`` on the path,
   with ``-O2 -std=c99 -ffp-contract=off`` (no fused multiply-adds: the results are the
   plain IEEE operations the tensor path and its tests assume).
-* The cache: ``$HARDGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/hardgrad``, else
-  ``~/.cache/hardgrad``; a library's file name carries a hash of its source, the
+* The cache: ``$HARDGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/hardgrad`` (an absolute
+  path), else ``~/.cache/hardgrad`` (made readable by its owner only); a library's file name carries a hash of its source, the
   compiler command and the platform, so an edit or another compiler makes a new one.
   It is written under a temporary name and renamed into place (processes compiling at
   once each load a complete file). A cached file that fails to load is compiled again.
@@ -34,6 +34,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,8 +62,10 @@ def cache_dir() -> Path:
     """Where compiled kernels are kept (see the module's text)."""
     explicit = os.environ.get("HARDGRAD_CACHE_DIR")
     if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, empty or relative: ignored (as the XDG spec says)
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "hardgrad"
 
 
@@ -93,7 +96,7 @@ def _target(source: Path, command: list[str]) -> Path:
 
 
 def _compile(source: Path, command: list[str], target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(prefix=target.stem, suffix=_suffix(), dir=target.parent)
     os.close(handle)
     try:
@@ -114,8 +117,12 @@ def _build(source: Path) -> ctypes.CDLL | None:
     if cc is None:
         _LOG.debug("hardgrad: no C compiler found; %s runs as tensor operations", source.name)
         return None
-    command = [*cc.split(), *_FLAGS]
-    target = _target(source, command)
+    command = [*shlex.split(cc), *_FLAGS]
+    try:
+        target = _target(source, command)
+    except OSError as error:  # the source cannot be read
+        _LOG.debug("hardgrad: %s not compiled (%s)", source.name, error)
+        return None
     for attempt in range(2):
         fresh = attempt > 0 or not target.exists()
         try:
