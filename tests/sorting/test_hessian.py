@@ -1,6 +1,7 @@
 """Second derivatives of the soft sorts: Hessian-vector products against central finite
 differences of the gradient (float64), and ``gradgradcheck``, on both isotonic paths
-(the min-max formula below ``PAV_MIN_LENGTH`` entries, PAV from there on)."""
+(the min-max formula below ``PAV_MIN_LENGTH`` entries, PAV from there on), with and
+without the compiled kernel."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch.autograd import gradgradcheck
 
 import hardgrad as hg
+from hardgrad.sorting import _native_pav
 from hardgrad.sorting._isotonic import PAV_MIN_LENGTH, _pav_blocks
 
 LENGTHS = (2, 3, 5, 8, 16, 31, 32, 40)
@@ -64,9 +66,18 @@ def _pooled(name: str, regularization: str, x: torch.Tensor, strength: float) ->
     return int((~(first & last)).sum())
 
 
+@pytest.fixture(params=["kernel", pytest.param("no kernel", marks=pytest.mark.slow)])
+def kernel(request, monkeypatch):
+    """With the compiled PAV kernel where it is built, and without (the eager Functions then
+    run the tensor PAV and tensor backward, as on a machine with no C compiler)."""
+    if request.param == "no kernel":
+        monkeypatch.setattr(_native_pav, "available", lambda *tensors: False)
+    return request.param
+
+
 @pytest.mark.parametrize("regularization", ["l2", "kl"])
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_hessian_vector_products_match_finite_differences(name, regularization):
+def test_hessian_vector_products_match_finite_differences(name, regularization, kernel):
     fn = FUNCTIONS[name]
     h = 1e-6
     for n in LENGTHS:

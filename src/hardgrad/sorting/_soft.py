@@ -20,10 +20,9 @@ from ._common import (
     _check_bool,
     _check_choice,
     _check_input,
-    _plain,
 )
 from ._isotonic_function import isotonic_output
-from ._soft_function import SoftRankAscending, SoftSortDescending
+from ._soft_function import SoftRankAscending, SoftSortDescending, use_functions
 
 # --------------------------------------------------------------------------- isotonic
 
@@ -82,7 +81,7 @@ def _soft_sort_desc(x: Tensor, strength: float, regularization: str, fast: bool 
     z = _rho(n, x) / strength
     if not n / strength <= torch.finfo(x.dtype).max / (8 * n):
         z = _bounded(z, n)
-    if fast and _plain():
+    if fast and use_functions(x):
         composition = partial(
             _soft_sort_desc, strength=strength, regularization=regularization, fast=False
         )
@@ -95,7 +94,7 @@ def _soft_rank_asc(x: Tensor, strength: float, regularization: str) -> Tensor:
     """Ascending soft rank (1 = smallest) along the last dimension."""
     n = x.shape[-1]
     z = _bounded_scaled(x, n, strength)
-    if _plain():
+    if use_functions(z):
         composition = partial(_soft_rank_scaled, regularization=regularization)
         return SoftRankAscending.apply(z, regularization == "kl", composition)
     return _soft_rank_scaled(z, regularization)

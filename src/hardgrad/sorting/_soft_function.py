@@ -25,15 +25,29 @@ import torch
 from torch import Tensor
 
 from . import _native_pav
-from ._isotonic_function import solve, solved_backward
+from ._isotonic_function import FUNCTION_MIN_LENGTH_WITHOUT_KERNEL, eager, solve, solved_backward
 
-__all__ = ["SoftRankAscending", "SoftSortDescending", "sort_descending"]
+__all__ = [
+    "SoftRankAscending",
+    "SoftSortDescending",
+    "sort_descending",
+    "use_functions",
+]
 
 Composition = Callable[[Tensor], Tensor]
 
 
 def _rho(n: int, like: Tensor) -> Tensor:
     return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
+
+
+def use_functions(x: Tensor) -> bool:
+    """Whether the soft sorts of ``x`` (rows along the last dimension) take the eager
+    Functions: in eager mode (see :func:`~hardgrad.sorting._isotonic_function.eager`), with
+    the kernel or rows of :data:`FUNCTION_MIN_LENGTH_WITHOUT_KERNEL` entries or more."""
+    if not eager():
+        return False
+    return x.shape[-1] >= FUNCTION_MIN_LENGTH_WITHOUT_KERNEL or _native_pav.available(x)
 
 
 def sort_descending(x: Tensor) -> tuple[Tensor, Tensor]:
