@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from . import _native_pav
 from ._pav import pav_starts
 
 __all__ = ["PAV_MIN_LENGTH", "PAV_MIN_LENGTH_ACCELERATOR", "block_statistics"]
@@ -63,7 +64,13 @@ PAV_MIN_LENGTH_ACCELERATOR = 256
 @torch.library.custom_op("hardgrad::isotonic_blocks", mutates_args=())
 def _pav_blocks(s: Tensor, w: Tensor, kl: bool) -> Tensor:
     """PAV's block start of every entry of the rows of ``s`` and ``w`` (int64, ``s``'s shape
-    and device), computed in float64 (see :mod:`hardgrad.sorting._pav`)."""
+    and device): by the compiled kernel (:mod:`hardgrad.sorting._native_pav`) on the CPU
+    where it is built, else by the batched passes of :mod:`hardgrad.sorting._pav`; both in
+    float64."""
+    if _native_pav.available(s, w):
+        native = _native_pav.forward(s, w, kl, None)
+        if native is not None:
+            return native[0]
     return pav_starts(s, w, kl)
 
 
