@@ -410,3 +410,18 @@ def test_two_processes_compiling_at_once_both_load_a_complete_library(tmp_path, 
         assert out.strip() == "42"
     assert log.read_text().split() == ["started", "started"]
     assert sorted(cache.iterdir()) == [_expected(source, str(wrapper))]
+
+
+def test_disabled_turns_kernels_off_inside_the_block_only(tmp_path, cache, cc) -> None:
+    source = _source(tmp_path)
+    with native.disabled():
+        assert not native.enabled()
+        with native.disabled():  # nested blocks
+            assert native.load(source) is None
+        assert native.load(source) is None
+    assert native.enabled()
+    lib = native.load(source)
+    assert lib is not None and lib.hg_add(1, 1) == 2
+    with native.disabled():
+        assert native.load(source) is None  # even once loaded
+    assert native.load(source) is lib

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -40,9 +41,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["cache_dir", "compiler", "enabled", "load"]
+__all__ = ["cache_dir", "compiler", "disabled", "enabled", "load"]
 
 _LOG = logging.getLogger("hardgrad")
 _FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
@@ -50,12 +52,35 @@ _FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
 COMPILE_TIMEOUT_S = 120.0
 
 _lock = threading.Lock()
+_off = 0  # open disabled() blocks
 _loaded: dict[str, ctypes.CDLL | None] = {}
 
 
 def enabled() -> bool:
-    """Whether compiled kernels may be used (``HARDGRAD_NATIVE=0`` turns them off)."""
-    return os.environ.get("HARDGRAD_NATIVE", "1") != "0"
+    """Whether compiled kernels may be used (``HARDGRAD_NATIVE=0`` turns them off, and so
+    does :func:`disabled` while it is open)."""
+    return _off == 0 and os.environ.get("HARDGRAD_NATIVE", "1") != "0"
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Within this block no compiled kernel is used (every caller takes its tensor path),
+    in every thread: for comparing the two paths (e.g. the ``speed`` benchmark).
+
+    Example:
+        >>> from hardgrad._core import native
+        >>> with native.disabled():
+        ...     native.enabled()
+        False
+    """
+    global _off
+    with _lock:
+        _off += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _off -= 1
 
 
 def cache_dir() -> Path:
