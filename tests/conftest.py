@@ -3,8 +3,9 @@
 Helpers are handed to tests as fixtures (``--import-mode=importlib`` makes test modules
 unable to import one another); the exceptions are ``_properties.py`` (the hypothesis
 strategies that the property tests need when they are decorated), ``_spawn.py`` (process
-groups) and ``_references.py`` (small problems with known answers), which this file makes
-importable by putting this folder on ``sys.path``. Parametrisations are built from the
+groups), ``_references.py`` (small problems with known answers) and
+``_solver_references.py`` (toy solvers), which this file makes importable by putting this
+folder on ``sys.path``. Parametrisations are built from the
 registries (``hardgrad.ops.OPS``, ``hardgrad.surrogates.SURROGATES``), never from hand-kept
 lists.
 

@@ -15,7 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import hardgrad as hg
-from solvers.test_layers import argmax_solver, gen, top2_solver
+from _solver_references import argmax_solver, gen, top2_solver
 
 N, D = 4, 6
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import hardgrad as hg
-from solvers.test_layers import Recorder, argmax_solver, data, gen, top2_solver
+from _solver_references import Recorder, argmax_solver, data, gen, top2_solver
 
 
 def torch_imle_reference(solver, theta, eps, dy, *, alpha, beta, tau_in, tau_target):

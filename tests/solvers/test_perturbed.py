@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import hardgrad as hg
-from solvers.test_layers import Recorder, argmax_solver, argmin_solver, gen
+from _solver_references import Recorder, argmax_solver, argmin_solver, gen
 
 M = 5
 
