@@ -44,7 +44,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["cache_dir", "compiler", "disabled", "enabled", "load"]
+__all__ = ["cache_dir", "compiler", "disabled", "enabled", "failure", "load"]
 
 _LOG = logging.getLogger("hardgrad")
 _FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
@@ -54,6 +54,7 @@ COMPILE_TIMEOUT_S = 120.0
 _lock = threading.Lock()
 _off = 0  # open disabled() blocks
 _loaded: dict[str, ctypes.CDLL | None] = {}
+_failures: dict[str, str] = {}  # why a source gave None (no compiler, the compiler's error)
 
 
 def enabled() -> bool:
@@ -141,12 +142,14 @@ def _build(source: Path) -> ctypes.CDLL | None:
     cc = compiler()
     if cc is None:
         _LOG.debug("hardgrad: no C compiler found; %s runs as tensor operations", source.name)
+        _failures[str(source)] = "no C compiler found (set CC, or put cc, gcc or clang on PATH)"
         return None
     command = [*shlex.split(cc), *_FLAGS]
     try:
         target = _target(source, command)
     except OSError as error:  # the source cannot be read
         _LOG.debug("hardgrad: %s not compiled (%s)", source.name, error)
+        _failures[str(source)] = f"cannot read the source: {error}"
         return None
     for attempt in range(2):
         fresh = attempt > 0 or not target.exists()
@@ -156,6 +159,7 @@ def _build(source: Path) -> ctypes.CDLL | None:
             return ctypes.CDLL(str(target))
         except (OSError, subprocess.SubprocessError) as error:
             detail = getattr(error, "stderr", b"") or b""
+            _failures[str(source)] = f"{error} {detail.decode(errors='replace')[-500:]}".strip()
             _LOG.debug(
                 "hardgrad: %s not compiled/loaded (%s) %s",
                 source.name,
@@ -165,6 +169,14 @@ def _build(source: Path) -> ctypes.CDLL | None:
             if fresh:  # only a cached file that fails to load is worth a second compile
                 break
     return None
+
+
+def failure(source: Path) -> str | None:
+    """Why :func:`load` gave ``None`` for ``source`` in this process (``None`` if it did not,
+    or was not called): no compiler, the compiler's message, or ``HARDGRAD_NATIVE=0``."""
+    if not enabled():
+        return "compiled kernels are turned off (HARDGRAD_NATIVE=0 or native.disabled())"
+    return _failures.get(str(source)) if _loaded.get(str(source), False) is None else None
 
 
 def load(source: Path) -> ctypes.CDLL | None:

@@ -217,6 +217,12 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return code
 
 
+def _info(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ._cli_info import info
+
+    return info(args, parser)
+
+
 def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     plot_parser: argparse.ArgumentParser = args.plot_parser
     if args.draws < 2:
@@ -269,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="list every public name by family (ops, surrogates, estimators, ...) and the tasks",
     )
     listing.set_defaults(handler=_list)
+
+    information = commands.add_parser(
+        "info",
+        help="versions, devices, and whether the soft sorts' C kernel is compiled here",
+    )
+    information.set_defaults(handler=_info)
 
     bench = commands.add_parser(
         "bench",

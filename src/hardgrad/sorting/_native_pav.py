@@ -22,7 +22,7 @@ from torch import Tensor
 
 from .._core import native
 
-__all__ = ["MODES", "available", "backward", "forward", "sort_descending"]
+__all__ = ["MODES", "available", "backward", "forward", "sort_descending", "status"]
 
 _SOURCE = Path(__file__).with_name("_pav_kernel.c")
 #: Value outputs of :func:`forward`: none, ``s - v``, ``v`` or ``exp(s - v)``.
@@ -63,6 +63,15 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
+def status() -> tuple[bool, str]:
+    """``(True, the compiled library's path)`` when the kernel is available (compiling it
+    now if it was not yet tried), else ``(False, why not)``."""
+    lib = _library()
+    if lib is not None:
+        return True, str(lib._name)
+    return False, native.failure(_SOURCE) or "not built"
+
+
 def available(*tensors: Tensor) -> bool:
     """Whether the kernel can run on these tensors (CPU, float32 or float64, one dtype) and
     is compiled (compiling it now if it was not yet tried)."""
@@ -91,7 +100,7 @@ def _terms(rows: Tensor, stride: int) -> tuple[Tensor, int]:
     reads them), for the distinct rows only (one when ``stride`` is 0)."""
     base = rows[:1] if stride == 0 else rows
     top = base.amax(-1, keepdim=True)
-    return torch.exp(base.to(torch.float64) - top.to(torch.float64)), (
+    return torch.exp(base.to(torch.float64) - top.to(torch.float64)).contiguous(), (
         base.shape[-1] if stride else 0
     )
 
