@@ -357,7 +357,7 @@ def test_sorting_rows_without_torchsort(
     """Without torchsort, every soft sort/rank row is there, hardgrad timed alone."""
     import sys
 
-    from hardgrad.bench.speed._sorting import NOT_INSTALLED, ROWS
+    from hardgrad.bench.speed._sorting import NOT_INSTALLED, ROWS, kernel_in_use
 
     monkeypatch.setitem(sys.modules, "torchsort", None)  # `import torchsort` fails
     config = SpeedConfig(
@@ -377,11 +377,18 @@ def test_sorting_rows_without_torchsort(
     rows = document["tasks"]["speed"]["results"]["sorting"]
     assert len(rows) == 2 * len(ROWS)
     assert {(r["op"], r["regularization"]) for r in rows.values()} == set(ROWS)
+    kernel = kernel_in_use("cpu")  # a C compiler here: timed with and without the kernel
     for r in rows.values():
         assert r["note"] == NOT_INSTALLED and r["torchsort_ms"] is None
         assert _positive(r["hardgrad_ms"])
+        assert r["native_kernel"] is kernel and r["native_compiled"] is kernel
+        assert (
+            _positive(r["hardgrad_no_kernel_ms"]) if kernel else r["hardgrad_no_kernel_ms"] is None
+        )
+        assert r["no_kernel_ratio"] is None
     report = (tmp_path / "report.md").read_text()
     assert report.count(NOT_INSTALLED) >= 2 * len(ROWS)
+    assert "without kernel ms" in report
 
 
 def test_sorting_rows_refuse_a_torchsort_that_computes_something_else() -> None:
@@ -401,3 +408,83 @@ def test_sorting_rows_refuse_a_torchsort_that_computes_something_else() -> None:
     )
     for r in rows.values():
         assert r["torchsort_ms"] is None and r["note"].startswith("left out:")
+
+
+def _agreeing_torchsort() -> Any:
+    """A torchsort stand-in that computes what hardgrad does (it passes the forward check)."""
+    import types
+
+    import hardgrad as hg
+
+    def wrap(fn: Any) -> Any:
+        def call(x: Any, *, regularization_strength: float, regularization: str) -> Any:
+            return fn(x, strength=regularization_strength, regularization=regularization)
+
+        return call
+
+    return types.SimpleNamespace(soft_sort=wrap(hg.soft_sort), soft_rank=wrap(hg.soft_rank))
+
+
+def test_sorting_rows_time_hardgrad_with_and_without_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the kernel in use, three contenders share the rounds; each gets its column."""
+    import os
+
+    from hardgrad._core import native
+    from hardgrad.bench.speed import _sorting
+
+    fake = _agreeing_torchsort()  # bound to the real hg.soft_sort, before the spy
+    seen: list[bool] = []  # whether kernels were on, call by call, in the hardgrad steps
+    real = _sorting._sorting.soft_sort
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(native.enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_sorting, "kernel_in_use", lambda device: True)  # even without cc
+    monkeypatch.setattr(_sorting._sorting, "soft_sort", spy)
+    rows = _sorting.run_sorting(
+        ((3, 20),), BenchSettings(threads=1), 2, 0.001, random.Random(0), torchsort=fake
+    )  # fmt: skip
+    assert len(rows) == len(_sorting.ROWS)
+    assert False in seen  # the "without kernel" step ran in disabled()
+    assert (True in seen) == (os.environ.get("HARDGRAD_NATIVE", "1") != "0")
+    assert native.enabled() == (os.environ.get("HARDGRAD_NATIVE", "1") != "0")  # block closed
+    for r in rows.values():
+        assert r["note"] is None and r["native_kernel"] is True
+        for key in ("hardgrad_ms", "torchsort_ms", "hardgrad_no_kernel_ms", "ratio"):
+            assert _positive(r[key]), key
+        assert r["no_kernel_ratio"] == pytest.approx(r["hardgrad_no_kernel_ms"] / r["torchsort_ms"])
+        assert len(r["round_ratios"]) == 2 and 0 <= r["rounds_faster"] <= 2
+    table = _sorting.sorting_table(rows)
+    assert table.columns[-2:] == ["without kernel ms", "without kernel ratio"]
+    row = rows["soft_sort/l2/3x20"]
+    assert table.rows[0][-2:] == [
+        f"{row['hardgrad_no_kernel_ms']:.3f}",
+        f"{row['no_kernel_ratio']:.2f}",
+    ]
+    assert "ran here" in table.notes[0]
+
+
+def test_sorting_rows_without_the_kernel_say_the_hardgrad_column_is_the_tensor_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HARDGRAD_NATIVE=0 (as with no C compiler): hardgrad is timed once, the note says so."""
+    from hardgrad.bench.speed import _sorting
+
+    monkeypatch.setenv("HARDGRAD_NATIVE", "0")
+    rows = _sorting.run_sorting(
+        ((3, 20),), BenchSettings(threads=1), 1, 0.001, random.Random(0),
+        torchsort=_agreeing_torchsort(),
+    )  # fmt: skip
+    for r in rows.values():
+        assert r["native_kernel"] is False and r["native_compiled"] is False
+        assert r["hardgrad_no_kernel_ms"] is None and r["no_kernel_ratio"] is None
+        assert _positive(r["torchsort_ms"]) and _positive(r["hardgrad_ms"])
+    table = _sorting.sorting_table(rows)
+    assert {tuple(cells[-2:]) for cells in table.rows} == {("same as hardgrad", "-")}
+    assert "not compiled here" in table.notes[0] and "tensor-operation path" in table.notes[0]
+    # Compiled, but the device is not the CPU: the note says the kernel did not run there.
+    on_gpu = {k: r | {"native_compiled": True} for k, r in rows.items()}
+    assert "CPU tensors only" in _sorting.kernel_note(on_gpu)

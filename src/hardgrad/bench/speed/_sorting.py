@@ -6,6 +6,13 @@ torchsort's ``soft_sort``/``soft_rank`` (its C++ isotonic-regression extension) 
 same ``regularization_strength`` and ``regularization``: forward plus backward to ``x``,
 float32, per shape, in interleaved rounds.
 
+hardgrad is timed twice in the same rounds: as it runs (on the CPU, with the compiled
+pool-adjacent-violators kernel of :mod:`hardgrad.sorting._native_pav` where a C compiler
+built it) and inside :func:`hardgrad._core.native.disabled` (its tensor-operation path,
+what runs where no compiler is found). Where the kernel is not in use (not compiled, or
+the device is not the CPU) the two are the same code and the second is not timed: the
+rows say so (``native_kernel``).
+
 torchsort is optional and never a dependency: it is imported here, inside the run. When
 the import fails every row says "torchsort not installed" and only hardgrad is timed.
 Before timing, the two forwards must agree to float32 tolerance (128 float32 epsilons of
@@ -26,6 +33,8 @@ import torch
 from torch import Tensor
 
 from ... import sorting as _sorting
+from ..._core import native
+from ...sorting import _native_pav
 from .._task import BenchSettings, Table
 from .._timing import (
     UNRESOLVED,
@@ -47,6 +56,14 @@ STRENGTH = 1.0
 #: Forward agreement: max |diff| within this many float32 epsilons of the largest entry.
 TOLERANCE_EPS = 128
 NOT_INSTALLED = "torchsort not installed"
+#: The three contenders' keys in the timing rounds.
+HARDGRAD, NO_KERNEL, TORCHSORT = "hardgrad", "hardgrad without kernel", "torchsort"
+
+
+def kernel_in_use(device: str | torch.device) -> bool:
+    """Whether hardgrad's eager soft sorts run the compiled kernel on ``device`` here (it
+    is compiled now if that was not tried yet)."""
+    return _native_pav.available(torch.zeros(1, device=device))
 
 
 def _torchsort() -> ModuleType | None:
@@ -61,8 +78,10 @@ def _torchsort() -> ModuleType | None:
 def _steps(
     op: str, regularization: str, shape: tuple[int, int], settings: BenchSettings,
     torchsort: Any,
-) -> tuple[Callable[[], Any], Callable[[], Any] | None, str | None]:  # fmt: skip
-    """``(hardgrad step, torchsort step or None, why torchsort is not timed or None)``."""
+) -> tuple[dict[str, Callable[[], Any]], str | None]:  # fmt: skip
+    """The steps to time (hardgrad's always; the one without the kernel where the kernel
+    is in use; torchsort's when it is installed and agrees) and why torchsort is not timed
+    (or ``None``)."""
     generator = torch.Generator().manual_seed(settings.seed + shape[0] + shape[1])
     x = torch.randn(shape, generator=generator).to(settings.device).requires_grad_()
     g = torch.randn(shape, generator=generator).to(settings.device)
@@ -74,8 +93,15 @@ def _steps(
     def step_hg() -> tuple[Tensor, ...]:
         return torch.autograd.grad(forward_hg(), x, g)
 
+    def step_no_kernel() -> tuple[Tensor, ...]:
+        with native.disabled():
+            return step_hg()
+
+    steps: dict[str, Callable[[], Any]] = {HARDGRAD: step_hg}
+    if kernel_in_use(x.device):
+        steps[NO_KERNEL] = step_no_kernel
     if torchsort is None:
-        return step_hg, None, NOT_INSTALLED
+        return steps, NOT_INSTALLED
     ts_fn = getattr(torchsort, op)
 
     def forward_ts() -> Tensor:
@@ -88,8 +114,8 @@ def _steps(
         mine, theirs = forward_hg(), forward_ts()
     error = _forward_error(mine, theirs)
     if error is not None:
-        return step_hg, None, f"left out: {error}"
-    return step_hg, step_ts, None
+        return steps, f"left out: {error}"
+    return steps | {TORCHSORT: step_ts}, None
 
 
 def _forward_error(mine: Tensor, theirs: Tensor) -> str | None:
@@ -115,16 +141,18 @@ def run_sorting(
     budget_s: float | None = None,
     torchsort: Any = None,
 ) -> dict[str, Any]:
-    """Per shape and row: median ms of both (torchsort's ``None`` when not timed), their
-    ratio and the per-round ratios, and a ``note`` when torchsort was not timed;
-    ``budget_s``: wall seconds of rounds per row (``None``: an enclosing budget's);
-    ``torchsort``: a stand-in for the module (tests), else it is imported if it can be."""
+    """Per shape and row: median ms of hardgrad, of hardgrad without the compiled kernel
+    and of torchsort (``None`` when not timed), the ratios to torchsort and hardgrad's
+    per-round ratios, whether the kernel was compiled (``native_compiled``) and used
+    (``native_kernel``), and a ``note`` when torchsort was not timed; ``budget_s``: wall
+    seconds of rounds per row (``None``: an enclosing budget's); ``torchsort``: a stand-in
+    for the module (tests), else it is imported if it can be."""
     torchsort = torchsort if torchsort is not None else _torchsort()
+    compiled = _native_pav.available(torch.zeros(1))
     results: dict[str, Any] = {}
     for shape in shapes:
         for op, regularization in ROWS:
-            step_hg, step_ts, note = _steps(op, regularization, shape, settings, torchsort)
-            steps = {"hardgrad": step_hg} | ({"torchsort": step_ts} if step_ts else {})
+            steps, note = _steps(op, regularization, shape, settings, torchsort)
             for step in steps.values():  # warm-up
                 step()
             times = time_interleaved(
@@ -135,7 +163,8 @@ def run_sorting(
                 rng=rng,
                 budget_s=budget_s,
             )
-            hg_s = median(times["hardgrad"])
+            hg_s = median(times[HARDGRAD])
+            no_kernel_s = median(times[NO_KERNEL]) if NO_KERNEL in times else None
             row: dict[str, Any] = {
                 "op": op,
                 "regularization": regularization,
@@ -143,10 +172,14 @@ def run_sorting(
                 "hardgrad_ms": hg_s * 1e3,
                 "torchsort_ms": None,
                 "note": note,
+                "native_compiled": compiled,
+                "native_kernel": NO_KERNEL in times,
+                "hardgrad_no_kernel_ms": None if no_kernel_s is None else no_kernel_s * 1e3,
+                "no_kernel_ratio": None,
             }
-            if "torchsort" in times:
-                ts_s = median(times["torchsort"])
-                ratios = round_ratios(times, "hardgrad", "torchsort")
+            if TORCHSORT in times:
+                ts_s = median(times[TORCHSORT])
+                ratios = round_ratios(times, HARDGRAD, TORCHSORT)
                 row |= {
                     "torchsort_ms": ts_s * 1e3,
                     "ratio": hg_s / ts_s,
@@ -155,8 +188,40 @@ def run_sorting(
                     "ratio_ci": list(ratio_interval(ratios)),
                     "verdict": ratio_verdict(ratios),
                 }
+                if no_kernel_s is not None:
+                    row["no_kernel_ratio"] = no_kernel_s / ts_s
             results[f"{op}/{regularization}/{shape[0]}x{shape[1]}"] = row
     return results
+
+
+def _no_kernel_cells(r: dict[str, Any]) -> list[str]:
+    """The "without kernel" ms and ratio cells of a row."""
+    if r.get("hardgrad_no_kernel_ms") is None:
+        return ["same as hardgrad", "-"]
+    ratio = r.get("no_kernel_ratio")
+    return [f"{r['hardgrad_no_kernel_ms']:.3f}", "n/a" if ratio is None else f"{ratio:.2f}"]
+
+
+def kernel_note(results: dict[str, Any]) -> str:
+    """What the hardgrad columns ran: with the compiled kernel, or the tensor path."""
+    rows = list(results.values())
+    if rows and all(r.get("native_kernel") for r in rows):
+        return (
+            "The compiled C kernel (pool-adjacent-violators and the sort, "
+            "hardgrad.sorting._pav_kernel.c, compiled on first use) ran here: "
+            '"hardgrad ms" is with it, "without kernel ms" the same call inside '
+            "hardgrad._core.native.disabled(), the tensor-operation path (what runs where "
+            "no C compiler is found, or with HARDGRAD_NATIVE=0); both in the same rounds."
+        )
+    if rows and any(r.get("native_compiled") for r in rows):
+        return (
+            "The compiled C kernel is built here but runs on CPU tensors only: on this "
+            'device "hardgrad ms" is the tensor-operation path, not timed twice.'
+        )
+    return (
+        "The compiled C kernel was not compiled here (no C compiler found, or "
+        'HARDGRAD_NATIVE=0): "hardgrad ms" is the tensor-operation path, not timed twice.'
+    )
 
 
 def sorting_table(results: dict[str, Any]) -> Table:
@@ -171,6 +236,8 @@ def sorting_table(results: dict[str, Any]) -> Table:
             "hardgrad ms",
             "ratio",
             "hardgrad faster",
+            "without kernel ms",
+            "without kernel ratio",
         ],
     )
     for r in results.values():
@@ -189,11 +256,15 @@ def sorting_table(results: dict[str, Any]) -> Table:
                 f"{r['hardgrad_ms']:.3f}",
                 ratio,
                 f"{r['rounds_faster']}/{len(r['round_ratios'])}" if timed else "-",
+                *_no_kernel_cells(r),
             ]
         )
+    table.notes.append(kernel_note(results))
     table.notes.append(
         "torchsort (optional, never a dependency) is timed when `import torchsort` works, "
-        "with the same regularization_strength and regularization. Checked before timing: "
+        "with the same regularization_strength and regularization; ratios are hardgrad's "
+        'time over torchsort\'s (below 1: hardgrad faster), "hardgrad faster" counts the '
+        "rounds in which it was. Checked before timing: "
         f"the forwards agree within {TOLERANCE_EPS} float32 epsilons of the largest entry "
         "(torchsort is otherwise left out and the row says why); the gradients are not "
         "compared (torchsort's float32 KL soft_rank gradient can be far off where blocks "
