@@ -12,25 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import ops
 from .. import surrogates as _surrogates
 from .._core.checkpoint import SettingsInState
-from .._core.validation import (
-    check_conv2d_input,
-    check_floating,
-    check_linear_input,
-    check_positive,
-)
+from .._core.validation import check_floating, check_positive
 from ._hard import SurrogateLike
+from ._linear_or_conv import LinearOrConv2dMixin
 
 #: The weight formats of the binary layers.
 WEIGHTS = ("binary", "ternary")
 
 
-class _BinaryLayer(SettingsInState):
+class _BinaryLayer(SettingsInState, LinearOrConv2dMixin):
     """What :class:`BinaryLinear` and :class:`BinaryConv2d` share."""
 
     weight: Tensor
@@ -76,11 +71,16 @@ class _BinaryLayer(SettingsInState):
         check_floating(x, "x")
         return ops.binarize(x, surrogate=self.surrogate) if self.activations else x
 
+    def forward(self, x: Tensor) -> Tensor:
+        x = self._input(x)
+        self._check_input_shape(x)
+        return self._float_forward(x, self.quantized_weight())
+
     def _checkpoint_settings(self) -> dict[str, Any]:
         """What the latent weights are read as."""
         return {"weights": self.weights, "scale": self.scale, "activations": self.activations}
 
-    def _binary_repr(self) -> str:
+    def _settings_repr(self) -> str:
         text = f"weights={self.weights!r}"
         if self.scale:
             text += ", scale=True"
@@ -125,6 +125,13 @@ _DOC_MATH = r"""
     the optimizer. Ternary layers are left unclipped (TWN does not clip).
 """
 
+# The Args entries of what both layers add to the float layer's arguments.
+_DOC_ARGS = r"""        weights: ``"binary"`` (default) or ``"ternary"``.
+        scale: XNOR-Net's per-output-channel :math:`\alpha` (binary weights only).
+        activations: binarize the input too.
+        surrogate: the ``"step"`` surrogate of :func:`hardgrad.binarize` (``"clipped"``).
+"""
+
 
 class BinaryLinear(_BinaryLayer, nn.Linear):
     __doc__ = (
@@ -134,11 +141,9 @@ class BinaryLinear(_BinaryLayer, nn.Linear):
         + r"""
     Args:
         in_features, out_features, bias: as for ``nn.Linear`` (the bias stays real).
-        weights: ``"binary"`` (default) or ``"ternary"``.
-        scale: XNOR-Net's per-output-channel :math:`\alpha` (binary weights only).
-        activations: binarize the input too.
-        surrogate: the ``"step"`` surrogate of :func:`hardgrad.binarize` (``"clipped"``).
-
+"""
+        + _DOC_ARGS
+        + r"""
     Example:
         >>> import torch, hardgrad as hg
         >>> layer = hg.nn.BinaryLinear(3, 2, bias=False, scale=True)
@@ -170,14 +175,6 @@ class BinaryLinear(_BinaryLayer, nn.Linear):
         nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
         self._setup(weights, scale, activations, surrogate)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self._input(x)
-        check_linear_input(x, self.in_features)
-        return F.linear(x, self.quantized_weight(), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{nn.Linear.extra_repr(self)}, {self._binary_repr()}"
-
 
 class BinaryConv2d(_BinaryLayer, nn.Conv2d):
     __doc__ = (
@@ -193,11 +190,9 @@ class BinaryConv2d(_BinaryLayer, nn.Conv2d):
     Args:
         in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
         stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
-        weights: ``"binary"`` (default) or ``"ternary"``.
-        scale: XNOR-Net's per-output-channel :math:`\alpha` (binary weights only).
-        activations: binarize the input too.
-        surrogate: the ``"step"`` surrogate of :func:`hardgrad.binarize` (``"clipped"``).
-
+"""
+        + _DOC_ARGS
+        + r"""
     Example:
         >>> import torch, hardgrad as hg
         >>> conv = hg.nn.BinaryConv2d(1, 2, 3, padding=1, scale=True)
@@ -243,14 +238,6 @@ class BinaryConv2d(_BinaryLayer, nn.Conv2d):
             dtype=dtype,
         )
         self._setup(weights, scale, activations, surrogate)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = self._input(x)
-        check_conv2d_input(x, self.in_channels)
-        return self._conv_forward(x, self.quantized_weight(), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{nn.Conv2d.extra_repr(self)}, {self._binary_repr()}"
 
 
 def clip_latent_weights_(module: nn.Module, bound: float = 1.0) -> nn.Module:

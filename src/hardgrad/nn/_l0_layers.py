@@ -21,6 +21,7 @@ from .._core.validation import (
     check_linear_input,
     check_real,
 )
+from ._linear_or_conv import LinearOrConv2dMixin
 
 #: ``constrain_parameters`` clamps :math:`\log\alpha` to this range, as the reference does.
 LOG_ALPHA_RANGE = (math.log(1e-2), math.log(1e2))
@@ -62,14 +63,12 @@ def _check_settings(
     }
 
 
-class _L0Layer(SettingsInState):
+class _L0Layer(SettingsInState, LinearOrConv2dMixin):
     """What :class:`L0Linear` and :class:`L0Conv2d` share: the gates, the penalties."""
 
     weight: Tensor
     bias: Any
     log_alpha: nn.Parameter
-    training: bool
-    _parameters: dict[str, Any]
     droprate_init: float
     temperature: float
     limit_a: float
@@ -90,7 +89,8 @@ class _L0Layer(SettingsInState):
         p = self.droprate_init
         self.log_alpha.normal_(math.log(1 - p) - math.log(p), 1e-2)
 
-    def _reset_weights(self) -> None:
+    def reset_parameters(self) -> None:
+        """He-normal weight, zero bias, ``log_alpha`` from ``droprate_init``."""
         # The reference's He initialisation (its fan is the number of inputs of an output).
         nn.init.kaiming_normal_(self.weight, mode="fan_in")
         if self.bias is not None:
@@ -158,7 +158,7 @@ class _L0Layer(SettingsInState):
             mean = _gates.mean_gate(opmath(self.log_alpha), self.limit_a, self.limit_b)
         return float((mean == 0).float().mean())
 
-    def _l0_repr(self) -> str:
+    def _settings_repr(self) -> str:
         text = (
             f"droprate_init={self.droprate_init:.4g}, temperature={self.temperature:.4g}, "
             f"weight_decay={self.weight_decay:.4g}, lamba={self.lamba:.4g}"
@@ -207,6 +207,17 @@ _DOC_COMMON = r"""
     RNG).
 """
 
+# The Args entries of what both layers add to the float layer's arguments.
+_DOC_ARGS = r"""        droprate_init: the initial probability of a gate being dropped, in (0, 1).
+        temperature: :math:`\beta` of the Hard Concrete (the reference's 2/3).
+        limit_a, limit_b: the stretch :math:`(\gamma, \zeta)`, -0.1 and 1.1.
+        weight_decay: :math:`\lambda_2`, the weight of the expected L2 in :meth:`penalty`.
+        lamba: :math:`\lambda_0`, the L0 cost of one weight (named as in the reference).
+        local_rep: one gate sample per example in training (else one per call).
+        generator: the source of the gate noise.
+        device, dtype: of the parameters.
+"""
+
 
 class L0Linear(_L0Layer, nn.Linear):
     __doc__ = (
@@ -232,15 +243,9 @@ class L0Linear(_L0Layer, nn.Linear):
 
     Args:
         in_features, out_features, bias: as for ``nn.Linear``.
-        droprate_init: the initial probability of a gate being dropped, in (0, 1).
-        temperature: :math:`\beta` of the Hard Concrete (the reference's 2/3).
-        limit_a, limit_b: the stretch :math:`(\gamma, \zeta)`, -0.1 and 1.1.
-        weight_decay: :math:`\lambda_2`, the weight of the expected L2 in :meth:`penalty`.
-        lamba: :math:`\lambda_0`, the L0 cost of one weight (named as in the reference).
-        local_rep: one gate sample per example in training (else one per call).
-        generator: the source of the gate noise.
-        device, dtype: of the parameters.
-
+"""
+        + _DOC_ARGS
+        + r"""
     Example:
         >>> import torch, hardgrad as hg
         >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
@@ -282,10 +287,6 @@ class L0Linear(_L0Layer, nn.Linear):
         nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
         self._setup(settings, in_features, {"device": device, "dtype": dtype})
 
-    def reset_parameters(self) -> None:
-        """He-normal weight, zero bias, ``log_alpha`` from ``droprate_init``."""
-        self._reset_weights()
-
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
         check_linear_input(x, self.in_features)
@@ -315,9 +316,6 @@ class L0Linear(_L0Layer, nn.Linear):
         """The expected floating-point operations of one example's forward (see above)."""
         flops = (2 * self.l0() - 1) * self.out_features
         return flops + self.out_features if self.bias is not None else flops
-
-    def extra_repr(self) -> str:
-        return f"{nn.Linear.extra_repr(self)}, {self._l0_repr()}"
 
 
 class L0Conv2d(_L0Layer, nn.Conv2d):
@@ -351,15 +349,9 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
     Args:
         in_channels, out_channels, kernel_size: as for ``nn.Conv2d``.
         stride, padding, dilation, groups, bias, padding_mode: as for ``nn.Conv2d``.
-        droprate_init: the initial probability of a gate being dropped, in (0, 1).
-        temperature: :math:`\beta` of the Hard Concrete (the reference's 2/3).
-        limit_a, limit_b: the stretch :math:`(\gamma, \zeta)`, -0.1 and 1.1.
-        weight_decay: :math:`\lambda_2`, the weight of the expected L2 in :meth:`penalty`.
-        lamba: :math:`\lambda_0`, the L0 cost of one weight (named as in the reference).
-        local_rep: one gate sample per example in training (else one per call).
-        generator: the source of the gate noise.
-        device, dtype: of the parameters.
-
+"""
+        + _DOC_ARGS
+        + r"""
     Example:
         >>> import torch, hardgrad as hg
         >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
@@ -416,10 +408,6 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
         )
         self._input_size: tuple[int, int] | None = None
         self._setup(settings, out_channels, {"device": device, "dtype": dtype})
-
-    def reset_parameters(self) -> None:
-        """He-normal weight, zero bias, ``log_alpha`` from ``droprate_init``."""
-        self._reset_weights()
 
     def forward(self, x: Tensor) -> Tensor:
         check_floating(x, "x")
@@ -487,6 +475,3 @@ class L0Conv2d(_L0Layer, nn.Conv2d):
         n = self._weights_per_gate()
         flops = self.l0() * positions * (2 * n - 1)
         return flops + self.l0() * positions if self.bias is not None else flops
-
-    def extra_repr(self) -> str:
-        return f"{nn.Conv2d.extra_repr(self)}, {self._l0_repr()}"

@@ -11,16 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._core.checkpoint import SettingsInState
-from .._core.validation import (
-    check_conv2d_input,
-    check_floating,
-    check_int,
-    check_linear_input,
-)
+from .._core.validation import check_floating, check_int
+from ._linear_or_conv import LinearOrConv2dMixin
 from ._quantize import Quantize
 
 
@@ -36,7 +31,7 @@ def _check_flag(value: Any, name: str) -> bool:
     return value
 
 
-class _QuantLayer(SettingsInState, nn.Module):
+class _QuantLayer(SettingsInState, LinearOrConv2dMixin):
     """What :class:`QuantLinear` and :class:`QuantConv2d` share."""
 
     weight: Tensor
@@ -110,6 +105,11 @@ class _QuantLayer(SettingsInState, nn.Module):
         out: Tensor = self.act_quantizer(x)
         return out
 
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input_shape(x)
+        x = self._quantize_input(x)
+        return self._float_forward(x, self.quantized_weight(x.dtype))
+
     @torch.no_grad()
     def integer_weight(self) -> tuple[Tensor, Tensor]:
         r"""The weight as integers and per-output-channel scales: ``(q, s)`` with
@@ -164,7 +164,7 @@ class _QuantLayer(SettingsInState, nn.Module):
             "frozen": self.frozen,
         }
 
-    def _quant_repr(self) -> str:
+    def _settings_repr(self) -> str:
         text = f"weight_bits={self.weight_bits}, act_bits={self.act_bits}"
         if not self.act_signed:
             text += ", act_signed=False"
@@ -255,14 +255,6 @@ class QuantLinear(_QuantLayer, nn.Linear):
         nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
         self._setup(weight_bits, act_bits, act_signed, learn_scale)
 
-    def forward(self, x: Tensor) -> Tensor:
-        check_linear_input(x, self.in_features)
-        x = self._quantize_input(x)
-        return F.linear(x, self.quantized_weight(x.dtype), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{nn.Linear.extra_repr(self)}, {self._quant_repr()}"
-
 
 class QuantConv2d(_QuantLayer, nn.Conv2d):
     __doc__ = (
@@ -322,11 +314,3 @@ class QuantConv2d(_QuantLayer, nn.Conv2d):
             dtype=dtype,
         )
         self._setup(weight_bits, act_bits, act_signed, learn_scale)
-
-    def forward(self, x: Tensor) -> Tensor:
-        check_conv2d_input(x, self.in_channels)
-        x = self._quantize_input(x)
-        return self._conv_forward(x, self.quantized_weight(x.dtype), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{nn.Conv2d.extra_repr(self)}, {self._quant_repr()}"

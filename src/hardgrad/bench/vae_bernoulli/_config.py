@@ -5,10 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._vae import (
-    chosen_names,
-)
-
 
 @dataclass(frozen=True)
 class BernoulliVAEConfig:
@@ -59,7 +55,3 @@ def default_config(quick: bool) -> BernoulliVAEConfig:
             test_samples=20,
         )
     return BernoulliVAEConfig()
-
-
-def _names(config: BernoulliVAEConfig) -> list[str]:
-    return chosen_names(config.estimators, "bernoulli")

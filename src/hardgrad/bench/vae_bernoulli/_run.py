@@ -11,7 +11,6 @@ from typing import Any
 from .. import _distributed
 from .._task import BenchSettings, Progress, Table, TaskResult, task
 from .._vae import (
-    Setup,
     few_threads,
     fmt,
     parameter_digest,
@@ -19,11 +18,10 @@ from .._vae import (
     plot_curves,
     public,
     shared_diagnostics,
-    spaced,
-    train,
 )
+from .._vae._runs import checked_estimators, elbo_table, public_shared, setup_from, train_each
 from ..data import load_dataset
-from ._config import BernoulliVAEConfig, _names, default_config
+from ._config import BernoulliVAEConfig, default_config
 from ._report import _variance_notes
 
 
@@ -38,76 +36,35 @@ def run(
 ) -> TaskResult:
     """Run the Bernoulli VAE benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
-    if config.steps < 1 or config.batch < 1 or config.num_draws < 2:
-        raise ValueError(
-            "Expected `steps` >= 1, `batch` >= 1 and `num_draws` >= 2, but found "
-            f"{config.steps}, {config.batch}, {config.num_draws}"
-        )
-    names = _names(config)
-    if config.reference not in names:
-        raise ValueError(f"Expected `reference` among {names}, but found {config.reference!r}")
+    names = checked_estimators(config, "bernoulli")
     data = load_dataset(settings.data, settings.seed).to(settings.device)
     hidden = (config.hidden,) if config.hidden > 0 else ()
-    setup = Setup(
+    setup = setup_from(
+        config,
         latents=config.latent_bits,
         categories=None,
         enc_hidden=hidden,
         dec_hidden=hidden,
         binarize=True,
-        steps=config.steps,
-        batch=config.batch,
-        lr=config.lr,
-        evaluations=config.evaluations,
-        eval_steps=spaced(config.steps, config.curve_points),
-        checkpoints=spaced(config.steps, config.checkpoints),
-        diag_batch=config.diag_batch,
-        num_draws=config.num_draws,
-        exact=False,
-        curve_samples=config.curve_samples,
-        test_samples=config.test_samples,
     )
     tag = f"bern{config.latent_bits}"
     progress.start("vae-bernoulli", len(names) + 1)
     t_start = time.perf_counter()
-    runs: dict[str, dict[str, Any]] = {}
     try:
         with few_threads(data.features):
-            for name in names:
-                this = dataclasses.replace(setup, keep_states=name == config.reference)
-                runs[name] = train(name, this, data, settings, tag)
-                progress.advance(f"{name}: test -ELBO {runs[name]['test_neg_elbo']:.2f}")
+            runs = train_each(names, setup, config.reference, data, settings, tag, progress)
             shared = shared_diagnostics(runs[config.reference], runs, setup, data, settings, tag)
             progress.advance("variances at shared parameters")
     finally:
         progress.finish()
 
     label = f"{config.latent_bits} bits, {data.name}"
-    table = Table(
+    table = elbo_table(
         f"-ELBO (nats) and encoder-gradient variance, {label}, {config.steps} steps",
-        [
-            "estimator",
-            "unbiased",
-            "samples",
-            "f evals",
-            "train -ELBO",
-            "test -ELBO",
-            *[f"var @{s}" for s in setup.checkpoints],
-            "ms/step",
-        ],
+        runs,
+        [f"var @{s}" for s in setup.checkpoints],
+        lambda r: [fmt(d["var"], 3) for d in r["diagnostics"]],
     )
-    for name, r in runs.items():
-        table.rows.append(
-            [
-                name,
-                "yes" if r["unbiased"] else "no",
-                str(r["num_samples"]),
-                str(r["evaluations"]),
-                f"{r['train_neg_elbo']:.2f}",
-                f"{r['test_neg_elbo']:.2f}",
-                *[fmt(d["var"], 3) for d in r["diagnostics"]],
-                f"{r['ms_per_step']:.2f}",
-            ]
-        )
     table.notes.append(
         "var @s: summed per-coordinate variance of one estimate of the encoder-logit gradient "
         f"of E_q[-log p(x|b)] on a fixed batch of {config.diag_batch} images, "
@@ -159,10 +116,7 @@ def run(
     data_out: dict[str, Any] = {
         "dataset": data.name,
         "runs": {n: public(r) for n, r in runs.items()},
-        "shared": {
-            str(step): {n: {k: v for k, v in d.items() if k != "mean"} for n, d in per.items()}
-            for step, per in shared.items()
-        },
+        "shared": public_shared(shared),
         "checkpoints": list(setup.checkpoints),
         "figures": {},
         "world_size": _distributed.world_size(),

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._vae import (
-    chosen_names,
-)
-
 
 @dataclass(frozen=True)
 class CategoricalVAEConfig:
@@ -60,7 +56,3 @@ def default_config(quick: bool) -> CategoricalVAEConfig:
             test_samples=20,
         )
     return CategoricalVAEConfig()
-
-
-def _names(config: CategoricalVAEConfig) -> list[str]:
-    return chosen_names(config.estimators, "categorical")

@@ -10,18 +10,16 @@ from typing import Any
 from .. import _distributed
 from .._task import BenchSettings, Progress, Table, TaskResult, task
 from .._vae import (
-    Setup,
     few_threads,
     fmt,
     plot_checkpoints,
     plot_curves,
     public,
     shared_diagnostics,
-    spaced,
-    train,
 )
+from .._vae._runs import checked_estimators, elbo_table, public_shared, setup_from, train_each
 from ..data import load_dataset
-from ._config import CategoricalVAEConfig, _names, default_config
+from ._config import CategoricalVAEConfig, default_config
 from ._report import _notes
 
 
@@ -36,14 +34,7 @@ def run(
 ) -> TaskResult:
     """Run the categorical VAE benchmark; see the package docstring."""
     config = config if config is not None else default_config(settings.quick)
-    if config.steps < 1 or config.batch < 1 or config.num_draws < 2:
-        raise ValueError(
-            "Expected `steps` >= 1, `batch` >= 1 and `num_draws` >= 2, but found "
-            f"{config.steps}, {config.batch}, {config.num_draws}"
-        )
-    names = _names(config)
-    if config.reference not in names:
-        raise ValueError(f"Expected `reference` among {names}, but found {config.reference!r}")
+    names = checked_estimators(config, "categorical")
     data = load_dataset(settings.data, settings.seed).to(settings.device)
     progress.start("vae-categorical", (len(names) + 1) * len(config.configurations))
     t_start = time.perf_counter()
@@ -55,31 +46,24 @@ def run(
         with few_threads(data.features):
             for latents, categories in config.configurations:
                 label = f"{latents}x{categories}"
-                setup = Setup(
+                setup = setup_from(
+                    config,
                     latents=latents,
                     categories=categories,
                     enc_hidden=config.enc_hidden,
                     dec_hidden=config.dec_hidden,
                     binarize=False,
-                    steps=config.steps,
-                    batch=config.batch,
-                    lr=config.lr,
-                    evaluations=config.evaluations,
-                    eval_steps=spaced(config.steps, config.curve_points),
-                    checkpoints=spaced(config.steps, config.checkpoints),
-                    diag_batch=config.diag_batch,
-                    num_draws=config.num_draws,
-                    exact=False,
-                    curve_samples=config.curve_samples,
-                    test_samples=config.test_samples,
                 )
-                runs: dict[str, dict[str, Any]] = {}
-                for name in names:
-                    this = dataclasses.replace(setup, keep_states=name == config.reference)
-                    runs[name] = train(name, this, data, settings, f"cat{label}")
-                    progress.advance(
-                        f"{label} {name}: test -ELBO {runs[name]['test_neg_elbo']:.2f}"
-                    )
+                runs = train_each(
+                    names,
+                    setup,
+                    config.reference,
+                    data,
+                    settings,
+                    f"cat{label}",
+                    progress,
+                    progress_prefix=f"{label} ",
+                )
                 exact_setup = dataclasses.replace(setup, exact=True)
                 shared = shared_diagnostics(
                     runs[config.reference], runs, exact_setup, data, settings, f"cat{label}"
@@ -94,32 +78,12 @@ def run(
     data_out: dict[str, Any] = {"dataset": data.name, "configurations": {}, "figures": {}}
     for label, runs in all_runs.items():
         shared = all_shared[label]
-        table = Table(
+        table = elbo_table(
             f"{label} ({data.name}, {config.steps} steps): -ELBO (nats)",
-            [
-                "estimator",
-                "unbiased",
-                "samples",
-                "f evals",
-                "train -ELBO",
-                "test -ELBO",
-                "var @end (own run)",
-                "ms/step",
-            ],
+            runs,
+            ["var @end (own run)"],
+            lambda r: [fmt(r["diagnostics"][-1]["var"], 3)],
         )
-        for name, r in runs.items():
-            table.rows.append(
-                [
-                    name,
-                    "yes" if r["unbiased"] else "no",
-                    str(r["num_samples"]),
-                    str(r["evaluations"]),
-                    f"{r['train_neg_elbo']:.2f}",
-                    f"{r['test_neg_elbo']:.2f}",
-                    fmt(r["diagnostics"][-1]["var"], 3),
-                    f"{r['ms_per_step']:.2f}",
-                ]
-            )
         quality = Table(
             f"{label}: encoder-logit gradient vs the exact gradient ({label.split('x')[1]}^"
             f"{label.split('x')[0]} configurations enumerated), bias / std / cosine at the "
@@ -145,11 +109,7 @@ def run(
         tables += [table, quality]
         notes += _notes(label, shared, runs)
         public_runs = {n: public(r) for n, r in runs.items()}
-        shared_public = {
-            str(step): {n: {k: v for k, v in d.items() if k != "mean"} for n, d in per.items()}
-            for step, per in shared.items()
-        }
-        data_out["configurations"][label] = {"runs": public_runs, "shared": shared_public}
+        data_out["configurations"][label] = {"runs": public_runs, "shared": public_shared(shared)}
         panels[label] = public_runs
         shared_panels[label] = {
             n: {
