@@ -66,6 +66,17 @@ def _statistics(x: Tensor, start: Tensor, kl: bool) -> Tensor:
     return _segment_log_sum_exp(x, start) if kl else _segment_mean(x, start)
 
 
+def _gap(s: Tensor, start: Tensor, kl: bool) -> Tensor:
+    """``s`` minus its block statistic, with no cancellation for kl (as the kernel):
+    ``(s - max_B s) - log sum_B e^(s - max_B s)``, so that equal entries of 1e16 keep
+    their ``-log|B|``; a block of one gives 0 exactly."""
+    if not kl:
+        return s - _segment_mean(s, start)
+    top = torch.full_like(s, -torch.inf).scatter_reduce(-1, start, s, "amax").gather(-1, start)
+    shifted = s - top
+    return shifted - torch.log(_block_sum(torch.exp(shifted), start))
+
+
 def _block_sum(g: Tensor, start: Tensor) -> Tensor:
     """Each entry's block sum of ``g`` (differentiable in ``g``)."""
     return torch.zeros_like(g).scatter_add(-1, start, g).gather(-1, start)
@@ -120,8 +131,9 @@ def solve(
         assert out is not None
     else:
         start = _pav_blocks(s, w, kl)
-        stat_s, stat_w = _statistics(s, start, kl), _statistics(w, start, kl)
-        out = stat_s - stat_w if mode == "dual" else (s - stat_s) + stat_w
+        stat_w = _statistics(w, start, kl)
+        gap = _gap(s, start, kl) if mode != "dual" else None
+        out = gap + stat_w if gap is not None else _statistics(s, start, kl) - stat_w
         if mode == "exp":
             out = torch.exp(out)
         if perm is not None:

@@ -20,7 +20,9 @@
  * (the block's softmax of s and of w, what the backward needs), and optionally, with the
  * block statistics (means for l2, log-sum-exps for kl: a block of one gives the entry
  * itself, bit for bit)
- *   primal: (s - stat_s) + stat_w   (= s - v, without cancellation), or
+ *   primal: ((s - ref_s) - dev_s) + stat_w  (= s - v; l2: ref_s = stat_s, dev_s = 0; kl:
+ *           stat_s = ref_s + dev_s with ref_s the block's or row's largest entry of s, so
+ *           that equal entries of 1e16 keep their -log|B|), or
  *   dual:   stat_s - stat_w         (= v),
  * computed in double and rounded once to the input's type (or left in double, for the
  * kl soft rank's exp(s - v)), optionally written through a permutation (out[perm[i]] =
@@ -183,8 +185,15 @@ static int allocate(scratch *m, int64_t n) {
         return isfinite(span) ? span : INFINITY;                                              \
     }                                                                                         \
                                                                                               \
+    /* Each block statistic is returned as ref + *dev, so that s_i - stat is computed as    */ \
+    /* (s_i - ref) - dev. kl: ref is the block's (or row's) largest entry, which dominates */ \
+    /* the log-sum-exp: nothing is lost to cancellation when the entries are large and     */ \
+    /* close (1e16 and 1e16: 0 - log 2, not 1e16 - 1e16). l2: ref is the mean itself (a    */ \
+    /* shift by an entry would cancel in blocks holding both +1e300 and -1e300).           */ \
+                                                                                              \
     /* A block's mean of x[0..c): sums of x / 2^k, then times 2^k / c (_isotonic.py's).    */ \
-    static double block_mean_##SUFFIX(const T *x, int64_t c, double power) {                  \
+    static double block_mean_##SUFFIX(const T *x, int64_t c, double power, double *dev) {     \
+        *dev = 0.0;                                                                           \
         if (c == 1)                                                                           \
             return (double)x[0];                                                              \
         double sum = 0.0, inverse = 1.0 / power;                                              \
@@ -194,10 +203,11 @@ static int allocate(scratch *m, int64_t n) {
     }                                                                                         \
                                                                                               \
     /* A block's log-sum-exp of x[0..c), shifted by its maximum; weights: its softmax.     */ \
-    static double block_lse_##SUFFIX(const T *x, int64_t c, double *weight) {                 \
+    static double block_lse_##SUFFIX(const T *x, int64_t c, double *weight, double *dev) {    \
         if (c == 1) {                                                                         \
             if (weight)                                                                       \
                 weight[0] = 1.0;                                                              \
+            *dev = 0.0;                                                                       \
             return (double)x[0];                                                              \
         }                                                                                     \
         double top = -INFINITY, sum = 0.0;                                                    \
@@ -208,21 +218,24 @@ static int allocate(scratch *m, int64_t n) {
         if (weight) /* e^(x - top) / sum: no cancellation against the log-sum-exp */          \
             for (int64_t i = 0; i < c; i++)                                                   \
                 weight[i] = exp((double)x[i] - top) / sum;                                    \
-        return top + log(sum);                                                                \
+        *dev = log(sum);                                                                      \
+        return top;                                                                           \
     }                                                                                         \
                                                                                               \
     /* From linear-domain block sums: the log-sum-exp anchor + log(sum); weights e / sum. */  \
     static double block_linear_##SUFFIX(const T *x, const double *e, int64_t c, double anchor, \
-                                        double sum, double *weight) {                         \
+                                        double sum, double *weight, double *dev) {            \
         if (c == 1) {                                                                         \
             if (weight)                                                                       \
                 weight[0] = 1.0;                                                              \
+            *dev = 0.0;                                                                       \
             return (double)x[0];                                                              \
         }                                                                                     \
         if (weight)                                                                           \
             for (int64_t i = 0; i < c; i++)                                                   \
                 weight[i] = e[i] / sum;                                                       \
-        return anchor + log(sum);                                                             \
+        *dev = log(sum);                                                                      \
+        return anchor;                                                                        \
     }                                                                                         \
                                                                                               \
     /* mode: 0 no value output, 1 primal, 2 dual: rounded to T in out, or in double in    */ \
@@ -281,24 +294,30 @@ static int allocate(scratch *m, int64_t n) {
             int64_t first = 0;                                                                \
             for (int64_t k = 0; k < blocks; k++) {                                            \
                 int64_t c = m.counts[k];                                                      \
-                double ms, mw;                                                                \
+                double ms = 0.0, ds = 0.0, mw = 0.0, dw = 0.0; /* stat = m + d */             \
                 double *ps = weight_s ? weight_s + o + first : NULL;                          \
                 double *pw = weight_w ? weight_w + o + first : NULL;                          \
                 if (!kl) {                                                                    \
-                    ms = mode ? block_mean_##SUFFIX(sr + first, c, power) : 0.0;              \
-                    mw = mode ? block_mean_##SUFFIX(wr + first, c, power) : 0.0;              \
+                    if (mode) {                                                               \
+                        ms = block_mean_##SUFFIX(sr + first, c, power, &ds);                  \
+                        mw = block_mean_##SUFFIX(wr + first, c, power, &dw);                  \
+                    }                                                                         \
                 } else if (linear) {                                                          \
-                    ms = block_linear_##SUFFIX(sr + first, esr + first, c, as, m.top[k], ps); \
-                    mw = block_linear_##SUFFIX(wr + first, ewr + first, c, aw, m.bottom[k], pw); \
+                    ms = block_linear_##SUFFIX(sr + first, esr + first, c, as, m.top[k], ps,  \
+                                               &ds);                                          \
+                    mw = block_linear_##SUFFIX(wr + first, ewr + first, c, aw, m.bottom[k],   \
+                                               pw, &dw);                                      \
                 } else {                                                                      \
-                    ms = block_lse_##SUFFIX(sr + first, c, ps);                               \
-                    mw = block_lse_##SUFFIX(wr + first, c, pw);                               \
+                    ms = block_lse_##SUFFIX(sr + first, c, ps, &ds);                          \
+                    mw = block_lse_##SUFFIX(wr + first, c, pw, &dw);                          \
                 }                                                                             \
+                double stat_w = mw + dw;                                                      \
                 for (int64_t i = first; i < first + c; i++) {                                 \
                     start[o + i] = first;                                                     \
                     if (!mode)                                                                \
                         continue;                                                             \
-                    double v = mode == 2 ? ms - mw : ((double)sr[i] - ms) + mw;               \
+                    double v = mode == 2 ? (ms + ds) - stat_w                                 \
+                                         : (((double)sr[i] - ms) - ds) + stat_w;              \
                     int64_t at = o + (perm ? perm[o + i] : i);                                \
                     if (out)                                                                  \
                         out[at] = (T)v;                                                       \

@@ -78,14 +78,14 @@ def _soft_sort_desc(x: Tensor, strength: float, regularization: str, fast: bool 
     eager fast path unless ``fast=False`` (the differentiable composition)."""
     n = x.shape[-1]
     x = _bounded(x, n)
-    z = _rho(n, x) / strength
-    if not n / strength <= torch.finfo(x.dtype).max / (8 * n):
-        z = _bounded(z, n)
     if fast and use_functions(x):
         composition = partial(
             _soft_sort_desc, strength=strength, regularization=regularization, fast=False
         )
-        return SoftSortDescending.apply(x, z, regularization == "kl", composition)
+        return SoftSortDescending.apply(x, strength, regularization == "kl", composition)
+    z = _rho(n, x) / strength
+    if not n / strength <= torch.finfo(x.dtype).max / (8 * n):
+        z = _bounded(z, n)
     w = torch.sort(x, stable=True, dim=-1, descending=True).values
     return _primal(z.expand_as(w), w, regularization)
 

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from . import _native_pav
+from ._common import _bounded
 from ._isotonic_function import FUNCTION_MIN_LENGTH_WITHOUT_KERNEL, eager, solve, solved_backward
 
 __all__ = [
@@ -68,27 +69,39 @@ def _recompute(composition: Composition, x: Tensor, grad: Tensor) -> Tensor:
     return torch.autograd.grad(out, x, grad, create_graph=True)[0]
 
 
+def _work_dtype(x: Tensor) -> torch.dtype:
+    r"""float64 on the CPU (the kernel and the tensor path then solve the problem with
+    :math:`\rho`, :math:`\log\rho` and :math:`\rho/\varepsilon` exact to double, and the
+    results are rounded once to ``x``'s dtype: in float32, :math:`\log\rho` alone moves
+    the gaps between its entries by up to 2 % at 20,000 entries), else ``x``'s own."""
+    return torch.float64 if x.device.type == "cpu" else x.dtype
+
+
 class SoftSortDescending(torch.autograd.Function):
-    r"""``apply(x, z, kl, composition)``: the descending soft sort :math:`z - v` of ``x``
-    (bounded, rows along the last dimension) with ``z`` :math:`= \rho/\varepsilon` (one
-    row); ``composition(x)`` computes the same as differentiable operations."""
+    r"""``apply(x, strength, kl, composition)``: the descending soft sort
+    :math:`\rho/\varepsilon - v` of ``x`` (bounded, rows along the last dimension);
+    ``composition(x)`` computes the same as differentiable operations."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, z: Tensor, kl: bool, composition: Composition) -> Tensor:
+    def forward(ctx: Any, x: Tensor, strength: float, kl: bool, composition: Composition) -> Tensor:
+        n, work = x.shape[-1], _work_dtype(x)
         w, perm = sort_descending(x)
-        out, solved = solve(z.expand_as(w), w, kl, "primal")
+        z = _rho(n, w.to(work)) / strength
+        z = _bounded(z, n) if not n / strength <= torch.finfo(work).max / (8 * n) else z
+        out, solved = solve(z.expand_as(w), w.to(work), kl, "primal")
         ctx.save_for_backward(x, perm, *solved.tensors)
         ctx.solved, ctx.composition = solved._replace(tensors=()), composition
-        return out
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, perm, *tensors = ctx.saved_tensors
         if torch.is_grad_enabled():
             return _recompute(ctx.composition, x, grad), None, None, None
-        _, grad_w = solved_backward(ctx.solved, tuple(tensors), grad, (False, True))
+        work = _work_dtype(x)
+        _, grad_w = solved_backward(ctx.solved, tuple(tensors), grad.to(work), (False, True))
         assert grad_w is not None
-        return torch.empty_like(grad_w).scatter_(-1, perm, grad_w), None, None, None
+        return torch.empty_like(grad_w).scatter_(-1, perm, grad_w).to(x.dtype), None, None, None
 
 
 class SoftRankAscending(torch.autograd.Function):
@@ -98,18 +111,22 @@ class SoftRankAscending(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, z: Tensor, kl: bool, composition: Composition) -> Tensor:
-        s, perm = sort_descending(z)
-        rho = _rho(z.shape[-1], z)
+        work = _work_dtype(z)
+        s, perm = sort_descending(z)  # in z's dtype: the order is the same
+        s = s.to(work)
+        rho = _rho(z.shape[-1], s)
         w = (torch.log(rho) if kl else rho).expand_as(s)
         ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm)
         ctx.save_for_backward(z, *solved.tensors)
         ctx.solved, ctx.composition = solved._replace(tensors=()), composition
-        return ranks
+        return ranks.to(z.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         z, *tensors = ctx.saved_tensors
         if torch.is_grad_enabled():
             return _recompute(ctx.composition, z, grad), None, None
-        grad_z, _ = solved_backward(ctx.solved, tuple(tensors), grad, (True, False))
-        return grad_z, None, None
+        work = _work_dtype(z)
+        grad_z, _ = solved_backward(ctx.solved, tuple(tensors), grad.to(work), (True, False))
+        assert grad_z is not None
+        return grad_z.to(z.dtype), None, None
