@@ -160,11 +160,11 @@ def sample(
     g: Tensor | float
     if eager_plain(log_alpha):
         # The numbers as cached 0-d tensors (the same values, ~1 µs less a kernel), all
-        # found with one lookup, and uniform()'s eager draw inlined: a small gated model's
-        # training step feels every Python call (1.02 -> 0.98 of the hand-written step).
-        b, span, g, _, tiny, top = _eager_constants(beta, gamma, zeta, q)
-        u = torch.rand_like(q, memory_format=torch.contiguous_format, generator=generator)
-        u = u.clamp_(tiny, top)
+        # found with one lookup: a small gated model's training step feels every Python
+        # call. The draw goes through uniform() like every other (the CUDA tests replay
+        # device noise on the CPU by patching it; an inlined rand_like escaped them).
+        b, span, g, _, _, _ = _eager_constants(beta, gamma, zeta, q)
+        u = uniform(q, generator)
     else:
         u = uniform(log_alpha, generator)
         b, span, g = beta, zeta - gamma, gamma
