@@ -136,6 +136,7 @@ def test_dtypes_dims_and_edges(dtype):
         assert torch.equal(z.sum(1), torch.full((3, 4), float(k), dtype=dtype))
 
 
+@pytest.mark.compile
 def test_reproducible_and_compiles():
     logits = torch.randn(4, 6)
     a = hg.subset(logits, 2, generator=gen(12))

@@ -76,6 +76,7 @@ def _saved_dtypes(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -
     return dtypes
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", sorted(MASKED_OPS))
 def test_compiled_masked_ops_save_uint8_and_keep_their_gradients(name, fresh_dynamo) -> None:
     op = MASKED_OPS[name]
@@ -94,6 +95,7 @@ def test_compiled_masked_ops_save_uint8_and_keep_their_gradients(name, fresh_dyn
     assert torch.uint8 in dtypes, dtypes
 
 
+@pytest.mark.compile
 def test_compiled_learned_scale_reads_its_uint8_mask_back(fresh_dynamo) -> None:
     """The LSQ scale gradient takes ``torch.where`` of the saved mask: as uint8 it must be
     read back as a condition, giving eager's gradients (saturated, in range and NaN)."""
@@ -162,6 +164,7 @@ def test_argmax_helper_is_first_argmax_on_ties_zeros_infinities_and_nan() -> Non
 _SPECIAL_VALUES = (0.0, -0.0, 1.0, float("nan"), float("inf"), -float("inf"), 2.0)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_compiled_argmax_form_is_first_argmax_on_ties_zeros_infinities_and_nan(dtype) -> None:
     """Under compile, hardgrad._core.kernels.argmax is two vectorizable reductions (the row's
@@ -178,6 +181,7 @@ def test_compiled_argmax_form_is_first_argmax_on_ties_zeros_infinities_and_nan(d
             assert torch.equal(_first_max_index(x, dim), x.argmax(dim, keepdim=True))
 
 
+@pytest.mark.compile
 def test_compiled_one_hot_argmax_matches_eager_on_special_values_and_saves_only_logits(
     fresh_dynamo,
 ) -> None:

@@ -266,6 +266,7 @@ def test_stochastic_round_is_exact_on_integers_reproducible_and_straight_through
         hg.stochastic_round(torch.ones(3, dtype=torch.long))
 
 
+@pytest.mark.compile
 def test_stochastic_round_compiles_and_has_forward_mode():
     torch._dynamo.reset()
     x = torch.randn(64, generator=_gen(4)) * 3
@@ -281,6 +282,7 @@ def test_stochastic_round_compiles_and_has_forward_mode():
     assert torch.equal(tangent, torch.ones_like(x))
 
 
+@pytest.mark.compile
 def test_ternarize_under_vmap_grad_and_compile():
     w = torch.randn(3, 4, 5, generator=_gen(10))
     batched = torch.vmap(hg.ternarize)(w)

@@ -190,6 +190,7 @@ def test_default_moe_uses_ema_outputs_in_backward_only():
 
 
 @pytest.mark.parametrize("estimator", ["dense", "default"])
+@pytest.mark.compile
 def test_dense_and_default_compile_to_the_eager_gradients(estimator):
     torch.manual_seed(0)
     compiled_module = hg.nn.MoE(4, num_experts=5, k=2, estimator=estimator)
@@ -262,6 +263,7 @@ def test_dense_evaluation_matches_the_grouped_one():
 
 
 @pytest.mark.parametrize("num_experts", [4, 40])
+@pytest.mark.compile
 def test_compiled_forward_matches_eager_with_few_and_many_experts(num_experts):
     """k=1: 4 experts take the dense path under compile, 40 (> 32 per slot) the gather."""
     torch.manual_seed(3)

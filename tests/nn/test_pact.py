@@ -220,6 +220,7 @@ def test_forward_mode_vmap_and_func_grad_agree_with_backward(assert_same):
     assert torch.allclose(per_example["alpha"].sum(), act.alpha.grad)
 
 
+@pytest.mark.compile
 def test_compiled_module_is_the_eager_one(assert_same):
     gen = torch.Generator().manual_seed(2)
     x0 = torch.randn(16, 9, generator=gen) * 2

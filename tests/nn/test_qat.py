@@ -219,6 +219,7 @@ def test_a_trained_quantized_model_runs_under_torch_export():
     assert torch.equal(frozen.module()(x), model(x))
 
 
+@pytest.mark.compile
 def test_compiles_fullgraph_once_initialised():
     torch._dynamo.reset()
     layer = hg.nn.QuantLinear(6, 4, weight_bits=4, act_bits=4)

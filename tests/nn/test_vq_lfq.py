@@ -86,6 +86,7 @@ def test_dtypes_and_empty(dtype):
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 def test_compile_with_a_changing_batch():
     lfq = hg.nn.LFQ(6, num_codebooks=2)
     compiled = torch.compile(lfq, dynamic=True)

@@ -221,6 +221,7 @@ def test_options_in_half_and_single_precision(dtype):
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 def test_options_compile_with_a_changing_batch():
     torch.manual_seed(0)
     vq = hg.nn.VectorQuantize(

@@ -165,6 +165,7 @@ def test_dtypes(dtype):
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 def test_compile_with_a_changing_batch():
     torch.manual_seed(0)
     rvq = hg.nn.ResidualVQ(3, 8, 4, codebook_update="ema", quantize_dropout=True)

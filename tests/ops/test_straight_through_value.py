@@ -161,6 +161,7 @@ def test_value_form_matches_the_detach_trick_in_float64(form, dtype):
     assert torch.equal(g_ours, g_naive)
 
 
+@pytest.mark.compile
 def test_value_form_under_torch_func_and_compile():
     z, codebook = _vq_setup(torch.float64)
     z_q = _lookup(z, codebook).detach()

@@ -498,6 +498,7 @@ def test_expectation_value_is_the_monte_carlo_mean():
 
 
 @pytest.mark.parametrize("estimator", ["sparse", "st_gumbel"])
+@pytest.mark.compile
 def test_compiles_fullgraph(estimator):
     logits = _logits(dtype=torch.float32)
     gbar = torch.randn(7, 2, generator=_gen(21))
@@ -600,6 +601,7 @@ def test_torch_func_grad_and_vmap():
     assert grad(lambda z: hg.topk_route(z, 2, estimator="sparsemixer")[0].sum())(x).shape == x.shape
 
 
+@pytest.mark.compile
 def test_sparsemixer_compiles_fullgraph():
     x = _logits(dtype=torch.float32)
     compiled = torch.compile(

@@ -141,6 +141,7 @@ def test_imle_without_noise_is_blackbox():
     assert torch.equal(t1.grad, t2.grad)
 
 
+@pytest.mark.slow
 @pytest.mark.statistical
 def test_gamma_and_sum_of_gamma_moments():
     """Means and variances against the closed forms; z-tests at |z| < 5.5 (6 tests:

@@ -75,6 +75,7 @@ def test_dtypes_the_module_and_codes_bit_for_bit(dtype):
     assert empty_q.shape == (0, 4, 3) and empty_i.shape == (0, 3)
 
 
+@pytest.mark.compile
 def test_torch_func_and_compile_with_a_changing_batch():
     z = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
     f = lambda x: hg.vq.fsq(x, LEVELS, preserve_symmetry=True)[0].sum()  # noqa: E731
