@@ -4,8 +4,8 @@ Helpers are handed to tests as fixtures (``--import-mode=importlib`` makes test 
 unable to import one another); the exceptions are ``_properties.py`` (the hypothesis
 strategies that the property tests need when they are decorated), ``_spawn.py`` (process
 groups), ``_references.py`` (small problems with known answers) and
-``_solver_references.py`` (toy solvers), which this file makes importable by putting this
-folder on ``sys.path``. Parametrisations are built from the
+``_solver_references.py`` (toy solvers) and ``_sorting_references.py`` (float64 soft-sort
+references), which this file makes importable by putting this folder on ``sys.path``. Parametrisations are built from the
 registries (``hardgrad.ops.OPS``, ``hardgrad.surrogates.SURROGATES``), never from hand-kept
 lists.
 

@@ -9,8 +9,11 @@ import torch
 
 import hardgrad as hg
 import hardgrad.sorting._isotonic as isotonic
+import hardgrad.sorting._isotonic_function as isotonic_function
+import hardgrad.sorting._soft as soft
+from _sorting_references import pav_decreasing, ref_soft_rank_asc, ref_soft_sort_desc
+from hardgrad.sorting import _native_pav as native_pav
 from hardgrad.sorting import isotonic_regression
-from sorting.test_sorting import pav_decreasing, ref_soft_rank_asc, ref_soft_sort_desc
 
 REGS = ("l2", "kl")
 
@@ -25,10 +28,13 @@ def long_rows(n=48, count=5, seed=0, dtype=torch.float64):
     return x.to(dtype)
 
 
-@pytest.fixture
-def min_max_only(monkeypatch):
-    """Every row through the min-max formula, whatever its length."""
-    monkeypatch.setattr(isotonic, "PAV_MIN_LENGTH", 10**9)
+def composition_only(mp: pytest.MonkeyPatch, by_pav: bool) -> None:
+    """The soft sorts through their differentiable composition in eager mode (not the
+    Functions of _soft_function), its blocks by PAV (``by_pav``) or the min-max formula
+    whatever the rows' length."""
+    mp.setattr(soft, "use_functions", lambda x: False)
+    mp.setattr(isotonic_function, "eager", lambda: False)
+    mp.setattr(isotonic, "_by_pav", lambda s, w: by_pav)
 
 
 def test_long_rows_take_pav():
@@ -46,10 +52,17 @@ def test_long_rows_take_pav():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(isotonic, "_pav_blocks", spy)
+        if native_pav.available(torch.zeros(1)):
+            # With the compiled kernel every row takes PAV (the eager Functions' blocks,
+            # ties included).
+            composed(isotonic.PAV_MIN_LENGTH - 1)
+            assert calls == [torch.Size([3, isotonic.PAV_MIN_LENGTH - 1])]
+            calls.clear()
+        mp.setattr(native_pav, "available", lambda *tensors: False)
         composed(isotonic.PAV_MIN_LENGTH)
         assert calls == [torch.Size([3, isotonic.PAV_MIN_LENGTH])]
         composed(isotonic.PAV_MIN_LENGTH - 1)
-        assert len(calls) == 1  # shorter rows: the min-max formula
+        assert len(calls) == 1  # shorter rows without the kernel: the min-max formula
 
 
 @pytest.mark.parametrize("reg", REGS)
@@ -94,9 +107,12 @@ def test_pav_and_min_max_agree_in_values_and_gradients(reg, monkeypatch):
             out += [y, t.grad]
         return out
 
-    pav = run()
-    monkeypatch.setattr(isotonic, "PAV_MIN_LENGTH", 10**9)
-    minmax = run()
+    with monkeypatch.context() as mp:
+        composition_only(mp, by_pav=True)
+        pav = run()
+    with monkeypatch.context() as mp:
+        composition_only(mp, by_pav=False)
+        minmax = run()
     for a, b in zip(pav, minmax, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 

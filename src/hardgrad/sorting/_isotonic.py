@@ -44,7 +44,7 @@ from torch import Tensor
 from . import _native_pav
 from ._pav import pav_starts
 
-__all__ = ["PAV_MIN_LENGTH", "PAV_MIN_LENGTH_ACCELERATOR", "block_statistics"]
+__all__ = ["PAV_MIN_LENGTH", "PAV_MIN_LENGTH_ACCELERATOR", "block_primal", "block_statistics"]
 
 #: CPU rows of at least this many entries find their blocks by pool-adjacent-violators
 #: (batched passes, :math:`O(n)` memory); shorter rows by the batched min-max formula
@@ -198,14 +198,35 @@ def _segment_log_sum_exp(a: Tensor, starts: Tensor) -> Tensor:
     return shift + torch.log(sums.gather(-1, starts))
 
 
+def _by_pav(s: Tensor, w: Tensor) -> bool:
+    """Whether :func:`block_statistics` finds these rows' blocks by PAV: on the CPU where the
+    compiled kernel runs (then the same blocks as the eager Functions, ties included), and
+    for rows of :data:`PAV_MIN_LENGTH` entries or more (:data:`PAV_MIN_LENGTH_ACCELERATOR`
+    off the CPU); else the min-max formula."""
+    if s.device.type == "cpu" and _native_pav.available(s, w):
+        return True
+    threshold = PAV_MIN_LENGTH if s.device.type == "cpu" else PAV_MIN_LENGTH_ACCELERATOR
+    return s.shape[-1] >= threshold
+
+
+def _segment_gap(a: Tensor, starts: Tensor) -> Tensor:
+    """``a`` minus its block's log-sum-exp, as ``(a - max) - log sum e^(a - max)`` (the
+    maximum held constant): no cancellation when the block's entries are large and close
+    (two entries of 1e16 keep their ``-log 2``)."""
+    with torch.no_grad():
+        top = torch.full_like(a, -torch.inf).scatter_reduce(-1, starts, a, "amax")
+        shift = top.gather(-1, starts)
+    shifted = a - shift
+    sums = torch.zeros_like(a).scatter_add(-1, starts, torch.exp(shifted))
+    return shifted - torch.log(sums.gather(-1, starts))
+
+
 def block_statistics(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor, Tensor]:
     r"""Each entry's block statistic of ``s`` and of ``w`` (means for ``"l2"``, log-sum-exps
     for ``"kl"``) in the decreasing isotonic solution (see the module's text), so that
-    :math:`v = ` ``stat_s - stat_w``. Differentiable (the blocks are held fixed). Rows of
-    :data:`PAV_MIN_LENGTH` entries or more (:data:`PAV_MIN_LENGTH_ACCELERATOR` off the CPU)
-    find their blocks by PAV, shorter ones by the min-max formula."""
-    threshold = PAV_MIN_LENGTH if s.device.type == "cpu" else PAV_MIN_LENGTH_ACCELERATOR
-    if s.shape[-1] >= threshold:
+    :math:`v = ` ``stat_s - stat_w``. Differentiable (the blocks are held fixed). The
+    blocks come from PAV or the min-max formula (see :func:`_by_pav`)."""
+    if _by_pav(s, w):
         with torch.no_grad():
             starts = _pav_blocks(s, w, regularization == "kl")
         if regularization == "l2":
@@ -213,3 +234,15 @@ def block_statistics(s: Tensor, w: Tensor, regularization: str) -> tuple[Tensor,
         return _segment_log_sum_exp(s, starts), _segment_log_sum_exp(w, starts)
     ms, mw, j, k = _blocks(s, w, regularization)
     return _pick(ms, j, k), _pick(mw, j, k)
+
+
+def block_primal(s: Tensor, w: Tensor, regularization: str) -> Tensor:
+    r""":math:`s - v` as differentiable operations (see :func:`block_statistics`), for
+    ``"kl"`` on the PAV path as :math:`(s - \max_B s) - \log\sum_B e^{s - \max_B s} +
+    ar w_B` (no cancellation of the log-sum-exp against a large :math:`s`)."""
+    if regularization == "kl" and _by_pav(s, w):
+        with torch.no_grad():
+            starts = _pav_blocks(s, w, True)
+        return _segment_gap(s, starts) + _segment_log_sum_exp(w, starts)
+    stat_s, stat_w = block_statistics(s, w, regularization)
+    return (s - stat_s) + stat_w

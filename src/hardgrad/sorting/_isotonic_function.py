@@ -37,7 +37,13 @@ from torch import Tensor
 
 from . import _native_pav
 from ._common import _plain
-from ._isotonic import _pav_blocks, _segment_log_sum_exp, _segment_mean, block_statistics
+from ._isotonic import (
+    _pav_blocks,
+    _segment_log_sum_exp,
+    _segment_mean,
+    block_primal,
+    block_statistics,
+)
 
 __all__ = [
     "FUNCTION_MIN_LENGTH_WITHOUT_KERNEL",
@@ -200,5 +206,7 @@ def isotonic_output(s: Tensor, w: Tensor, regularization: str, mode: str) -> Ten
     ):
         s, w = torch.broadcast_tensors(s, w)
         return IsotonicOutput.apply(s, w, kl, mode)
+    if mode == "primal":
+        return block_primal(s, w, regularization)
     stat_s, stat_w = block_statistics(s, w, regularization)
-    return (s - stat_s) + stat_w if mode == "primal" else stat_s - stat_w
+    return stat_s - stat_w
