@@ -329,6 +329,7 @@ def test_kl_forms_meet_at_the_threshold(monkeypatch):
     form reads); the two give the same values (1e-14 of the row's span), and rows spanning
     299 and 301 match the reference."""
     cluster = [0.5, 0.42, 0.3, 0.22, 0.1, 0.0]  # gaps below log((k+1)/k) of log rho: pooled
+    monkeypatch.setattr(native_pav, "VECTORISED_TERMS_MIN_ENTRIES", 0)  # rows this small too
     for which in ("s", "w"):
         dual = {}
         for top in (LINEAR_SPAN, math.nextafter(LINEAR_SPAN, math.inf), 299.0, 301.0):
@@ -521,3 +522,19 @@ def test_available_only_for_cpu_float32_and_float64_of_one_dtype():
     assert not native_pav.available(torch.zeros(2, dtype=torch.float16))
     assert not native_pav.available(torch.zeros(2, dtype=torch.bfloat16))
     assert not native_pav.available(torch.zeros(2, device="meta"))
+
+
+def test_kl_terms_from_torch_or_from_the_kernel_agree(monkeypatch):
+    """The kl linear form's terms e^(x - max): computed by torch (vectorised, from
+    VECTORISED_TERMS_MIN_ENTRIES entries) or by the kernel's own exp (below): the same
+    blocks, values within 1e-15 of the row's scale and weights within 1e-15."""
+    for s, w in _kl_rows(40, seed=7, spread=3.0):
+        outs = []
+        for threshold in (0, 10**9):
+            monkeypatch.setattr(native_pav, "VECTORISED_TERMS_MIN_ENTRIES", threshold)
+            outs.append(native_pav.forward(s, w, True, "primal"))
+        (start, ps, pw, out), (start2, ps2, pw2, out2) = outs
+        assert torch.equal(start, start2)
+        assert_close_to(out2, out, row_scale(s, w.expand_as(s)), 1e-15)
+        torch.testing.assert_close(ps2, ps, rtol=0, atol=1e-15)
+        torch.testing.assert_close(pw2, pw, rtol=0, atol=1e-15)

@@ -21,11 +21,11 @@ import hardgrad.sorting._isotonic_function as isotonic_function
 import hardgrad.sorting._native_pav as native_pav
 import hardgrad.sorting._soft as soft
 from hardgrad.sorting._isotonic_function import IsotonicOutput
-from hardgrad.sorting._soft_function import SoftRankAscending, SoftSortDescending
+from hardgrad.sorting._soft_function import SoftRankAscending, SoftSort
 
 F64 = torch.float64
 FUNCTIONS = {"soft_sort": hg.soft_sort, "soft_rank": hg.soft_rank}
-FUNCTION_CLASSES = (SoftSortDescending, SoftRankAscending, IsotonicOutput)
+FUNCTION_CLASSES = (SoftSort, SoftRankAscending, IsotonicOutput)
 REGS = ("l2", "kl")
 STRENGTHS = (0.01, 0.3, 1.0, 10.0)
 LENGTHS = (1, 2, 5, 31, 32, 100)
@@ -148,7 +148,7 @@ def test_fast_path_equals_the_composition_in_float64(monkeypatch, strengths):
                     results[(run, *key)] = value_grad_hvp(f, x, c, v)
             used = set(spy.calls)
         if run == "fast":
-            assert {"SoftSortDescending", "SoftRankAscending"} <= used
+            assert {"SoftSort", "SoftRankAscending"} <= used
         else:
             assert not used
     for key, fast in results.items():
@@ -195,7 +195,7 @@ def test_without_the_kernel_the_same_values_and_gradients(monkeypatch):
         assert close(y, y0, 1e-12), key
         assert close(t.grad, g0, 1e-12, g0.abs().max().item() * 1e-3), key
     assert kernel_calls == []
-    assert {"SoftSortDescending", "SoftRankAscending"} <= set(spy.calls)  # longer rows
+    assert {"SoftSort", "SoftRankAscending"} <= set(spy.calls)  # longer rows
 
 
 def test_gradcheck_and_gradgradcheck_through_the_fast_path(monkeypatch):
@@ -209,7 +209,7 @@ def test_gradcheck_and_gradgradcheck_through_the_fast_path(monkeypatch):
                 )
                 assert gradcheck(fn, (x,), fast_mode=True), (name, reg)
                 assert gradgradcheck(fn, (x,), fast_mode=True), (name, reg)
-    assert {"SoftSortDescending", "SoftRankAscending"} <= set(spy.calls)
+    assert {"SoftSort", "SoftRankAscending"} <= set(spy.calls)
 
 
 def test_one_autograd_node_per_op():
@@ -218,7 +218,7 @@ def test_one_autograd_node_per_op():
     scatter or isotonic nodes."""
     x = rows(LONG, seed=41).requires_grad_()
     for name, f in FUNCTIONS.items():
-        cls = "SoftSortDescending" if name == "soft_sort" else "SoftRankAscending"
+        cls = "SoftSort" if name == "soft_sort" else "SoftRankAscending"
         for reg in REGS:
             for descending in (False, True):
                 names = graph_names(f(x, regularization=reg, descending=descending))

@@ -14,7 +14,7 @@ from .._core.validation import check_positive
 from ..ops._autograd import apply_function, cached_signature, forward_mode, jvp_by_reverse_mode
 from ._common import REGULARIZATIONS, SORT_BACKWARDS, _check_bool, _check_choice, _check_input
 from ._permutations import neural_sort_permutation, soft_sort_permutation
-from ._soft import _soft_rank_asc, _soft_sort_desc
+from ._soft import _soft_rank_asc, _soft_sort
 
 # --------------------------------------------------------------------------- exact sort / rank
 
@@ -26,11 +26,7 @@ def _relaxed(
     in the compute dtype."""
     if backward == "soft":
         if what == "sort":
-            return (
-                _soft_sort_desc(x, strength, regularization)
-                if descending
-                else -_soft_sort_desc(-x, strength, regularization)
-            )
+            return _soft_sort(x, strength, regularization, descending)
         return _soft_rank_asc(-x if descending else x, strength, regularization)
     build = neural_sort_permutation if backward == "neuralsort" else soft_sort_permutation
     p = build(x, tau=strength, descending=descending)  # rows: positions, columns: entries

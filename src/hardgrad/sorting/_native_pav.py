@@ -40,6 +40,11 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 SORT_MIN_LENGTH = {torch.float32: 64, torch.float64: 128}
 SORT_MIN_ENTRIES = 4096
 
+#: From this many entries the kl terms e^(x - max) are computed by torch (vectorised: 5 us
+#: for 25,600 against ~150 us of scalar exp in the kernel); below, the kernel computes
+#: them (saving the four tensor operations' fixed cost).
+VECTORISED_TERMS_MIN_ENTRIES = 2048
+
 _typed: set[int] = set()  # id() of the libraries whose functions have their argtypes
 
 
@@ -129,7 +134,7 @@ def forward(
     weight_w = torch.empty(s.shape, dtype=torch.float64) if weights else None
     es = ew = None
     es_stride = ew_stride = 0
-    if kl and rows:
+    if kl and s.numel() >= VECTORISED_TERMS_MIN_ENTRIES:
         es, es_stride = _terms(s_rows, s_stride)
         ew, ew_stride = _terms(w_rows, w_stride)
     wide = mode == "exp" and s.dtype != torch.float64

@@ -13,7 +13,7 @@ from .._core.kernels import opmath
 from .._core.validation import check_real
 from ._common import _check_bool
 from ._hard import _check_hard, sort
-from ._soft import _check_soft, _soft_sort_desc
+from ._soft import _check_soft, _soft_sort
 
 # --------------------------------------------------------------------------- quantiles
 
@@ -103,6 +103,6 @@ def soft_quantile(
     q = _check_q(q)
     _check_bool(keepdim, "keepdim")
     z = opmath(x).movedim(d, -1)
-    values = 0.0 - _soft_sort_desc(-z, strength, regularization)
+    values = _soft_sort(z, strength, regularization, descending=False)
     out = _interpolate(values, q, keepdim).to(x.dtype)
     return out.movedim(-1, d) if keepdim else out

@@ -22,7 +22,7 @@ from ._common import (
     _check_input,
 )
 from ._isotonic_function import isotonic_output
-from ._soft_function import SoftRankAscending, SoftSortDescending, use_functions
+from ._soft_function import SoftRankAscending, SoftSort, use_functions
 
 # --------------------------------------------------------------------------- isotonic
 
@@ -73,16 +73,32 @@ def _rho(n: int, like: Tensor) -> Tensor:
     return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
 
 
-def _soft_sort_desc(x: Tensor, strength: float, regularization: str, fast: bool = True) -> Tensor:
-    """Descending soft sort along the last dimension (already in the compute dtype); the
-    eager fast path unless ``fast=False`` (the differentiable composition)."""
+def _soft_sort(
+    x: Tensor, strength: float, regularization: str, descending: bool, fast: bool = True
+) -> Tensor:
+    """Soft sort along the last dimension (already in the compute dtype): the eager fast
+    path unless ``fast=False`` (the differentiable composition); ascending is
+    :math:`-s(-x)`."""
     n = x.shape[-1]
     x = _bounded(x, n)
     if fast and use_functions(x):
         composition = partial(
-            _soft_sort_desc, strength=strength, regularization=regularization, fast=False
+            _soft_sort,
+            strength=strength,
+            regularization=regularization,
+            descending=descending,
+            fast=False,
         )
-        return SoftSortDescending.apply(x, strength, regularization == "kl", composition)
+        kl = regularization == "kl"
+        return SoftSort.apply(x, strength, kl, descending, composition)
+    if descending:
+        return _soft_sort_desc(x, strength, regularization)
+    return 0.0 - _soft_sort_desc(-x, strength, regularization)  # 0 - (...): no -0.0
+
+
+def _soft_sort_desc(x: Tensor, strength: float, regularization: str) -> Tensor:
+    """Descending soft sort of bounded ``x`` as differentiable operations."""
+    n = x.shape[-1]
     z = _rho(n, x) / strength
     if not n / strength <= torch.finfo(x.dtype).max / (8 * n):
         z = _bounded(z, n)
@@ -173,10 +189,7 @@ def soft_sort(
     """
     d = _check_soft(x, dim, strength, regularization, descending)
     z = opmath(x).movedim(d, -1)
-    if descending:
-        out = _soft_sort_desc(z, strength, regularization)
-    else:  # 0 - (...) rather than -(...): no -0.0 in the result
-        out = 0.0 - _soft_sort_desc(-z, strength, regularization)
+    out = _soft_sort(z, strength, regularization, descending)
     return out.movedim(-1, d).to(x.dtype)
 
 

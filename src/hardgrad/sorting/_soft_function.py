@@ -30,7 +30,7 @@ from ._isotonic_function import FUNCTION_MIN_LENGTH_WITHOUT_KERNEL, eager, solve
 
 __all__ = [
     "SoftRankAscending",
-    "SoftSortDescending",
+    "SoftSort",
     "sort_descending",
     "use_functions",
 ]
@@ -77,31 +77,46 @@ def _work_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.device.type == "cpu" else x.dtype
 
 
-class SoftSortDescending(torch.autograd.Function):
-    r"""``apply(x, strength, kl, composition)``: the descending soft sort
-    :math:`\rho/\varepsilon - v` of ``x`` (bounded, rows along the last dimension);
-    ``composition(x)`` computes the same as differentiable operations."""
+class SoftSort(torch.autograd.Function):
+    r"""``apply(x, strength, kl, descending, composition)``: the soft sort of ``x``
+    (bounded, rows along the last dimension): descending :math:`\rho/\varepsilon - v`,
+    ascending its mirror :math:`-s(-x)`; ``composition(x)`` computes the same as
+    differentiable operations."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, strength: float, kl: bool, composition: Composition) -> Tensor:
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        strength: float,
+        kl: bool,
+        descending: bool,
+        composition: Composition,
+    ) -> Tensor:
         n, work = x.shape[-1], _work_dtype(x)
-        w, perm = sort_descending(x)
+        w, perm = sort_descending(x if descending else -x)
         z = _rho(n, w.to(work)) / strength
         z = _bounded(z, n) if not n / strength <= torch.finfo(work).max / (8 * n) else z
         out, solved = solve(z.expand_as(w), w.to(work), kl, "primal")
         ctx.save_for_backward(x, perm, *solved.tensors)
-        ctx.solved, ctx.composition = solved._replace(tensors=()), composition
+        ctx.solved, ctx.composition, ctx.descending = (
+            solved._replace(tensors=()),
+            composition,
+            descending,
+        )
+        out = out if descending else 0.0 - out  # 0 - (...): no -0.0
         return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, perm, *tensors = ctx.saved_tensors
         if torch.is_grad_enabled():
-            return _recompute(ctx.composition, x, grad), None, None, None
+            return _recompute(ctx.composition, x, grad), None, None, None, None
         work = _work_dtype(x)
         _, grad_w = solved_backward(ctx.solved, tuple(tensors), grad.to(work), (False, True))
         assert grad_w is not None
-        return torch.empty_like(grad_w).scatter_(-1, perm, grad_w).to(x.dtype), None, None, None
+        # descending: d out / d sorted(x) = grad_w; ascending: out = -s(-x), the two signs cancel
+        grad_x = torch.empty_like(grad_w).scatter_(-1, perm, grad_w)
+        return grad_x.to(x.dtype), None, None, None, None
 
 
 class SoftRankAscending(torch.autograd.Function):
