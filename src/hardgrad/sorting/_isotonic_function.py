@@ -124,13 +124,22 @@ class Solved(NamedTuple):
 
 
 def solve(
-    s: Tensor, w: Tensor, kl: bool, mode: str, perm: Tensor | None = None
+    s: Tensor,
+    w: Tensor,
+    kl: bool,
+    mode: str,
+    perm: Tensor | None = None,
+    kernel: bool | None = None,
 ) -> tuple[Tensor, Solved]:
     """The ``mode`` output (``"primal"`` :math:`s - v`, ``"dual"`` :math:`v`, ``"exp"``
     :math:`e^{s - v}`) of the isotonic step on ``s`` and ``w`` (no graph), scattered
     through ``perm`` if given (``out[perm[i]]`` = entry ``i``'s), and what its backward
-    needs: by the compiled kernel where it runs, else by tensor operations."""
-    native = _native_pav.forward(s, w, kl, mode, perm) if _native_pav.available(s, w) else None
+    needs: by the compiled kernel where it runs (``kernel``: whether it does, when the
+    caller knows and ``s``, ``w`` are CPU float32 or float64 tensors), else by tensor
+    operations."""
+    if kernel is None or s.dtype != w.dtype:
+        kernel = _native_pav.available(s, w)
+    native = _native_pav.forward(s, w, kl, mode, perm) if kernel else None
     weight_s = weight_w = None
     if native is not None:
         start, weight_s, weight_w, out = native

@@ -60,12 +60,22 @@ def isotonic_regression(y: Tensor, *, dim: int = -1, increasing: bool = True) ->
     """
     d = _check_input(y, dim, "y")
     _check_bool(increasing, "increasing")
-    z = opmath(y).movedim(d, -1)
+    z = _to_last(opmath(y), d)
     v = -_isotonic(-z, torch.zeros_like(z), "l2") if increasing else _isotonic(z, 0 * z, "l2")
-    return v.movedim(-1, d).to(y.dtype)
+    return _from_last(v, d).to(y.dtype)
 
 
 # --------------------------------------------------------------------------- soft sort / rank
+
+
+def _to_last(x: Tensor, d: int) -> Tensor:
+    """``x`` with dimension ``d`` last (``x`` itself when it is: no view, no autograd node)."""
+    return x if d == x.dim() - 1 else x.movedim(d, -1)
+
+
+def _from_last(x: Tensor, d: int) -> Tensor:
+    """The inverse of :func:`_to_last`."""
+    return x if d == x.dim() - 1 else x.movedim(-1, d)
 
 
 def _rho(n: int, like: Tensor) -> Tensor:
@@ -188,9 +198,9 @@ def soft_sort(
         tensor([0.5000, 1.5000, 2.5000, 3.5000])
     """
     d = _check_soft(x, dim, strength, regularization, descending)
-    z = opmath(x).movedim(d, -1)
+    z = _to_last(opmath(x), d)
     out = _soft_sort(z, strength, regularization, descending)
-    return out.movedim(-1, d).to(x.dtype)
+    return _from_last(out, d).to(x.dtype)
 
 
 def soft_rank(
@@ -239,6 +249,6 @@ def soft_rank(
         tensor([2.5000, 1.5000, 2.0000, 4.0000])
     """
     d = _check_soft(x, dim, strength, regularization, descending)
-    z = opmath(x).movedim(d, -1)
+    z = _to_last(opmath(x), d)
     out = _soft_rank_asc(-z if descending else z, strength, regularization)
-    return out.movedim(-1, d).to(x.dtype)
+    return _from_last(out, d).to(x.dtype)

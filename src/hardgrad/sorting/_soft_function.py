@@ -51,10 +51,13 @@ def use_functions(x: Tensor) -> bool:
     return x.shape[-1] >= FUNCTION_MIN_LENGTH_WITHOUT_KERNEL or _native_pav.available(x)
 
 
-def sort_descending(x: Tensor) -> tuple[Tensor, Tensor]:
+def sort_descending(x: Tensor, kernel: bool | None = None) -> tuple[Tensor, Tensor]:
     """``torch.sort(x, stable=True, dim=-1, descending=True)`` (the compositions' sort), by
-    the kernel's radix sort on the CPU where that is faster."""
-    native = _native_pav.sort_descending(x) if _native_pav.available(x) else None
+    the kernel's radix sort on the CPU where that is faster (``kernel``: whether it runs
+    on ``x``, when the caller knows)."""
+    if kernel is None:
+        kernel = _native_pav.available(x)
+    native = _native_pav.sort_descending(x) if kernel else None
     if native is not None:
         return native
     values, indices = torch.sort(x, stable=True, dim=-1, descending=True)
@@ -93,10 +96,11 @@ class SoftSort(torch.autograd.Function):
         composition: Composition,
     ) -> Tensor:
         n, work = x.shape[-1], _work_dtype(x)
-        w, perm = sort_descending(x if descending else -x)
+        kernel = _native_pav.available(x)
+        w, perm = sort_descending(x if descending else -x, kernel)
         z = _rho(n, w.to(work)) / strength
         z = _bounded(z, n) if not n / strength <= torch.finfo(work).max / (8 * n) else z
-        out, solved = solve(z.expand_as(w), w.to(work), kl, "primal")
+        out, solved = solve(z.expand_as(w), w.to(work), kl, "primal", kernel=kernel)
         ctx.save_for_backward(x, perm, *solved.tensors)
         ctx.solved, ctx.composition, ctx.descending = (
             solved._replace(tensors=()),
@@ -127,11 +131,12 @@ class SoftRankAscending(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: Tensor, kl: bool, composition: Composition) -> Tensor:
         work = _work_dtype(z)
-        s, perm = sort_descending(z)  # in z's dtype: the order is the same
+        kernel = _native_pav.available(z)
+        s, perm = sort_descending(z, kernel)  # in z's dtype: the order is the same
         s = s.to(work)
         rho = _rho(z.shape[-1], s)
         w = (torch.log(rho) if kl else rho).expand_as(s)
-        ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm)
+        ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm, kernel=kernel)
         ctx.save_for_backward(z, *solved.tensors)
         ctx.solved, ctx.composition = solved._replace(tensors=()), composition
         return ranks.to(z.dtype)
