@@ -538,3 +538,24 @@ def test_kl_terms_from_torch_or_from_the_kernel_agree(monkeypatch):
         assert_close_to(out2, out, row_scale(s, w.expand_as(s)), 1e-15)
         torch.testing.assert_close(ps2, ps, rtol=0, atol=1e-15)
         torch.testing.assert_close(pw2, pw, rtol=0, atol=1e-15)
+
+
+def test_the_radix_sort_leaves_large_calls_to_torch_sort_on_many_threads(monkeypatch):
+    """torch.sort splits rows over its threads from TORCH_PARALLEL_ENTRIES entries; the
+    radix sort, on one thread, is kept only where it still wins (fewer threads than its
+    one-thread advantage: 2 for rows under 256 entries, 4 from there)."""
+    short, long_ = torch.randn(512, 100), torch.randn(64, 1024)
+    small = torch.randn(64, 100)  # under TORCH_PARALLEL_ENTRIES: always the radix sort
+    for threads, expect_short, expect_long in (
+        (1, True, True),
+        (2, False, True),
+        (4, False, False),
+    ):
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        assert (native_pav.sort_descending(short) is not None) == expect_short, threads
+        assert (native_pav.sort_descending(long_) is not None) == expect_long, threads
+        assert native_pav.sort_descending(small) is not None
+    values, indices = torch.sort(long_, stable=True, dim=-1, descending=True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    got = native_pav.sort_descending(long_)
+    assert got is not None and torch.equal(got[0], values) and torch.equal(got[1], indices)
