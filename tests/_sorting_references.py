@@ -1,13 +1,15 @@
 """Float64 Python references for the soft sorts, shared by the sorting tests (importable
 as ``from _sorting_references import ...``: ``tests/conftest.py`` puts this folder on
 ``sys.path``): pool-adjacent-violators for both isotonic problems (Best & Chakravarti
-1990) and, from it, the soft sort and soft rank of Blondel et al. (2020)."""
+1990), as values and as block starts (with the arithmetic the kernel and the batched
+passes use, so that blocks compare entry for entry), and the soft sort and soft rank of
+Blondel et al. (2020)."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["pav_decreasing", "ref_soft_rank_asc", "ref_soft_sort_desc"]
+__all__ = ["pav_decreasing", "ref_soft_rank_asc", "ref_soft_sort_desc", "reference_starts"]
 
 
 def pav_decreasing(s, w, reg="l2"):
@@ -53,4 +55,31 @@ def ref_soft_rank_asc(x, eps, reg="l2"):
     for pos, i in enumerate(order):
         primal = s[pos] - v[pos]
         out[i] = primal if reg == "l2" else math.exp(primal)
+    return out
+
+
+def reference_starts(s: list[float], w: list[float], kl: bool) -> list[int]:
+    """Each entry's block start by sequential PAV (Python floats) for the decreasing fit: block values mean(s - w) (l2) or
+    log sum e^s - log sum e^w (kl); merge while the previous block's value is below."""
+    blocks: list[list[float]] = []  # [start, count, a, b]
+    for i, (a, b) in enumerate(zip(s, w, strict=True)):
+        start, count = i, 1
+        a, b = (a, b) if kl else (a - b, 0.0)
+        while blocks:
+            p_start, p_count, pa, pb = blocks[-1]
+            prev = pa - pb if kl else pa / p_count
+            cur = a - b if kl else a / count
+            if not prev < cur:
+                break
+            blocks.pop()
+            start, count = p_start, count + p_count
+            if kl:
+                a = max(a, pa) + math.log1p(math.exp(-abs(a - pa)))
+                b = max(b, pb) + math.log1p(math.exp(-abs(b - pb)))
+            else:
+                a += pa
+        blocks.append([start, count, a, b])
+    out: list[int] = []
+    for start, count, _, _ in blocks:
+        out += [int(start)] * int(count)
     return out

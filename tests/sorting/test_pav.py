@@ -5,39 +5,11 @@ with and without the cascades and the sequential finish."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 import hardgrad.sorting._pav as pav
-
-
-def reference_starts(s: list[float], w: list[float], kl: bool) -> list[int]:
-    """Sequential PAV for the decreasing fit: block values mean(s - w) (l2) or
-    log sum e^s - log sum e^w (kl); merge while the previous block's value is below."""
-    blocks: list[list[float]] = []  # [start, count, a, b]
-    for i, (a, b) in enumerate(zip(s, w, strict=True)):
-        start, count = i, 1
-        a, b = (a, b) if kl else (a - b, 0.0)
-        while blocks:
-            p_start, p_count, pa, pb = blocks[-1]
-            prev = pa - pb if kl else pa / p_count
-            cur = a - b if kl else a / count
-            if not prev < cur:
-                break
-            blocks.pop()
-            start, count = p_start, count + p_count
-            if kl:
-                a = max(a, pa) + math.log1p(math.exp(-abs(a - pa)))
-                b = max(b, pb) + math.log1p(math.exp(-abs(b - pb)))
-            else:
-                a += pa
-        blocks.append([start, count, a, b])
-    out: list[int] = []
-    for start, count, _, _ in blocks:
-        out += [int(start)] * int(count)
-    return out
+from _sorting_references import reference_starts
 
 
 def problems(x: torch.Tensor, eps: float):
