@@ -1,5 +1,5 @@
 """The batched pool-adjacent-violators (hardgrad.sorting._pav) against an independent
-sequential PAV written here (float64 Python scalars): the same blocks, entry for entry, on
+sequential PAV (float64 Python scalars; tests/_sorting_references.py): the same blocks, entry for entry, on
 the problems the soft sorts solve, at ties, large magnitudes, n = 1 and 2, rows of 1000,
 with and without the cascades and the sequential finish."""
 
