@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hardgrad._core import native
-from hardgrad.sorting import _native_pav as native_pav
 from hardgrad.bench.cli import main
+from hardgrad.sorting import _native_pav as native_pav
 
 
 def _info(capsys) -> dict[str, str]:
