@@ -133,13 +133,13 @@ def compare_sequence_estimators(
         draws = problem.draws(estimator, index, group_size, num_groups)
         seconds = time.perf_counter() - start
         expected = None
-        named = isinstance(estimator, _SequenceEstimator) and estimator.ema_decay is None
         if (
-            named
+            isinstance(estimator, _SequenceEstimator)  # a named estimator
+            and estimator.ema_decay is None
             and num_groups == 1
             and (exact_expectation or (exact_expectation is None and enumerable))
         ):
-            expected = problem.expected(estimator, group_size)  # type: ignore[union-attr]
+            expected = problem.expected(estimator, group_size)
         rows.append(summarize_draws(draws, problem.exact, label, group_size, seconds, expected))
     settings = {
         "vocab_size": vocab_size,

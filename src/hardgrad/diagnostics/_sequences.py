@@ -313,7 +313,7 @@ def _entries(estimators: Any) -> list[tuple[str, _SequenceEstimator | LossFn]]:
         ]
     if not pairs:
         raise ValueError("Expected at least one estimator in `estimators`, but found none")
-    out = []
+    out: list[tuple[str, _SequenceEstimator | LossFn]] = []
     for label, entry in pairs:
         if isinstance(entry, str):
             try:

@@ -148,12 +148,13 @@ def _batched(s: Tensor, w: Tensor, kl: bool) -> tuple[tuple[Tensor, ...], Tensor
             if not bool(violates.any()):
                 return stats, violates.any(-1)
             pending = None
+            last = False
         else:
             pending = violates.any(-1)
             left = int(pending.sum())
-        last = pending is not None and (left == 0 or index == MAX_PASSES)
-        if done is None and last:
-            return stats, pending
+            last = left == 0 or index == MAX_PASSES
+            if done is None and last:
+                return stats, pending
         # Set the finished rows aside once a quarter of them are (fewer: not worth a copy).
         if pending is not None and (last or 4 * left <= 3 * todo.shape[0]):
             if done is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -88,7 +89,7 @@ def init_params(config: PolicyConfig, seed: int) -> tuple[Tensor, ...]:
     return tuple(p.requires_grad_() for p in params)
 
 
-def make_policy(params: tuple[Tensor, ...], config: PolicyConfig):
+def make_policy(params: tuple[Tensor, ...], config: PolicyConfig) -> Callable[[Tensor], Tensor]:
     """prefixes ``(M, t)`` -> next-token logits ``(M, V)``: the MLP on the prefix's one-hot,
     padded with a start symbol to ``length`` positions."""
     w1, b1, w2 = params
@@ -102,7 +103,7 @@ def make_policy(params: tuple[Tensor, ...], config: PolicyConfig):
     return policy
 
 
-def make_reward(config: PolicyConfig):
+def make_reward(config: PolicyConfig) -> Callable[[Tensor], Tensor]:
     """Sequences ``(M, L)`` -> rewards: the number of 2s, a bonus for starting with 1 and
     for a repeated first token, one for ending early, and a cost per token."""
     eos = config.eos_token

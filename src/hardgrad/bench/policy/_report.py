@@ -85,9 +85,9 @@ def _paired_line(rows: list[dict[str, Any]], n: int, opt: str, config: PolicyCon
     }
     k = config.eval_step
     if "rloo" not in at or config.seeds < 2:
-        mean = {name: statistics.fmean(v) for name, v in at.items()}
-        lo, hi = min(mean, key=mean.__getitem__), max(mean, key=mean.__getitem__)
-        return f"E[R] @ {k} from {mean[lo]:.2f} ({lo}) to {mean[hi]:.2f} ({hi})."
+        means = {name: statistics.fmean(v) for name, v in at.items()}
+        lo, hi = min(means, key=means.__getitem__), max(means, key=means.__getitem__)
+        return f"E[R] @ {k} from {means[lo]:.2f} ({lo}) to {means[hi]:.2f} ({hi})."
     parts = []
     for name, runs in at.items():
         if name == "rloo":

@@ -58,11 +58,11 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
         for name in config.estimators:
             start = time.perf_counter()
             g = problem.draws(SEQUENCE_ESTIMATORS[name], index, n, 1)
-            row = summarize_draws(g, problem.exact, name, n, time.perf_counter() - start)
-            rows.append(dataclasses.asdict(row) | {
-                "relative_bias": row.bias / exact_norm,
-                "relative_noise": row.noise_floor / exact_norm,
-                "relative_variance": row.variance / exact_norm**2,
+            summary = summarize_draws(g, problem.exact, name, n, time.perf_counter() - start)
+            rows.append(dataclasses.asdict(summary) | {
+                "relative_bias": summary.bias / exact_norm,
+                "relative_noise": summary.noise_floor / exact_norm,
+                "relative_variance": summary.variance / exact_norm**2,
             })  # fmt: skip
             progress.advance(f"policy: {name}, n = {n}")
     target = target_of(value, float(problem.rewards.max()), config)
@@ -87,9 +87,9 @@ def _run(settings: BenchSettings, config: PolicyConfig, progress: Progress) -> T
     }
     figures: list[str] = []
     if settings.out is not None and config.plot:
-        name = _plot(rows, settings.out, config, quick=settings.quick)
-        if name is not None:
-            figures.append(name)
+        figure = _plot(rows, settings.out, config, quick=settings.quick)
+        if figure is not None:
+            figures.append(figure)
     result = TaskResult(
         name="policy",
         summary=f"policy gradients for sequences: {len(config.estimators)} estimators x "
