@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -61,7 +61,15 @@ class Comparison:
     exact: Tensor | None = None
     settings: dict[str, Any] = field(default_factory=dict)
 
-    COLUMNS = ("estimator", "bias", "std", "cosine", "snr", "mse", "seconds_per_draw")
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "estimator",
+        "bias",
+        "std",
+        "cosine",
+        "snr",
+        "mse",
+        "seconds_per_draw",
+    )
 
     def _cells(self) -> list[list[str]]:
         return [[_fmt(getattr(row, c)) for c in self.COLUMNS] for row in self.rows]
