@@ -1,6 +1,8 @@
-"""What the ``vq`` task's residual rows show, as ``(claim, status, detail)`` triples that
-:mod:`hardgrad.bench.verdict` turns into its claims and the report into notes (plain Python:
-read from ``results.json`` data, nothing imported from the bench)."""
+"""The ``vq`` task's verdict (:func:`_vq`, see :mod:`hardgrad.bench.verdict`): the rotation
+trick against STE, FSQ's code usage, and what the residual rows show, as ``(claim, status,
+detail)`` triples (:func:`residual_claims`) that the verdict turns into its claims and the
+report into notes (plain Python: read from ``results.json`` data, nothing imported from the
+bench but the verdicts' vocabulary, :mod:`hardgrad.bench._claims`)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-HELD, NOT_HELD, UNRESOLVED = "held", "not held", "unresolved"
+from .._claims import HELD, NOT_HELD, UNRESOLVED, Claim, Verdict, _rows_best
 
-Claim = tuple[str, str, str]
+#: A claim as a plain ``(claim, status, detail)`` triple.
+Triple = tuple[str, str, str]
 
 
 def _e3(value: float) -> str:
@@ -22,7 +25,7 @@ def _resolved(a: Mapping[str, float], b: Mapping[str, float], seeds: int) -> boo
     return seeds >= 2 and abs(a["mean"] - b["mean"]) > 2 * max(a["std"], b["std"])
 
 
-def _pairs_claim(text: str, pairs: Sequence[tuple[bool, bool]], detail: str) -> Claim:
+def _pairs_claim(text: str, pairs: Sequence[tuple[bool, bool]], detail: str) -> Triple:
     """``pairs`` of (went the claimed way, resolved): held when all went the way and were
     resolved, not held when one resolved the other way, else unresolved."""
     if not pairs:
@@ -34,7 +37,7 @@ def _pairs_claim(text: str, pairs: Sequence[tuple[bool, bool]], detail: str) -> 
     return (text, UNRESOLVED, detail)
 
 
-def residual_claims(data: Mapping[str, Any], settings: Mapping[str, Any]) -> list[Claim]:
+def residual_claims(data: Mapping[str, Any], settings: Mapping[str, Any]) -> list[Triple]:
     """The claims of the residual rows ``data["residual"]`` (none when there are none)."""
     rows = data.get("residual") or []
     if not rows:
@@ -109,3 +112,47 @@ def residual_claims(data: Mapping[str, Any], settings: Mapping[str, Any]) -> lis
             )
         )
     return claims
+
+
+def _vq(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
+    rows = data["rows"]
+    by = {r["variant"]: r for r in rows}
+    seeds = int(settings.get("seeds", 1))
+    claims = []
+    if "STE" in by and "rotation" in by:
+        a, b = by["rotation"], by["STE"]
+        better = [
+            a["recon_mse"]["mean"] < b["recon_mse"]["mean"],
+            a["usage"]["mean"] > b["usage"]["mean"],
+        ]
+        resolved = [
+            seeds >= 2 and abs(a[k]["mean"] - b[k]["mean"]) > 2 * max(a[k]["std"], b[k]["std"])
+            for k in ("recon_mse", "usage")
+        ]
+        if all(better) and all(resolved):
+            status = HELD
+        elif any(r and not g for g, r in zip(better, resolved, strict=True)):
+            status = NOT_HELD
+        else:
+            status = UNRESOLVED
+        detail = (
+            f"MSE {'lower' if better[0] else 'higher'}, usage {'higher' if better[1] else 'lower'}"
+            f", {seeds} seed{'s' if seeds != 1 else ''}"
+        )
+        claims.append(Claim("rotation trick beats STE (Fifty 2024)", status, detail))
+    if "FSQ" in by:
+        usage = by["FSQ"]["usage"]["mean"]
+        claims.append(
+            Claim(
+                "FSQ uses >= 90 % of codes (Mentzer 2023)",
+                HELD if usage >= 0.9 else NOT_HELD,
+                f"{100 * usage:.0f} %",
+            )
+        )
+    claims += [Claim(*claim) for claim in residual_claims(data, settings)]
+    return Verdict(
+        "vq",
+        f"{len(rows)} VQ bottlenecks, test reconstruction",
+        _rows_best(rows, "variant", "recon_mse", True),
+        claims,
+    )
