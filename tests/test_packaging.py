@@ -314,6 +314,21 @@ value = hg.expectation(lambda s: (s - target).square(), theta, estimator="rloo",
 assert value.shape == (3,) and bool(((value >= 0) & (value <= 1)).all()), value
 value.sum().backward()
 assert theta.grad is not None and bool(torch.isfinite(theta.grad).all()), theta.grad
+
+# The soft sorts: the C kernel compiled from the installed source into HARDGRAD_CACHE_DIR
+# where a compiler is found, else the tensor path; the same ranks either way.
+from hardgrad._core import native
+from hardgrad.sorting import _native_pav
+x = torch.arange(40.0).remainder(7).reshape(2, 20) * 0.3
+ranks = hg.soft_rank(x, regularization="kl")
+with native.disabled():
+    plain = hg.soft_rank(x, regularization="kl")
+assert torch.allclose(ranks, plain, rtol=1e-6), (ranks, plain)
+built, detail = _native_pav.status()
+if native.compiler() is not None:
+    assert built, detail
+    assert pathlib.Path(detail).parent == pathlib.Path(sys.argv[3]), detail
+    assert (location.parent / "sorting" / "_pav_kernel.c").is_file()
 print("smoke ok")
 """
 
@@ -322,7 +337,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(built: Built, tmp_path: Path)
     """Installed with its dependencies (torch pinned by constraints.txt) into a fresh
     virtual environment: ``import hardgrad`` finds the installed copy with the source's
     version and ``py.typed``, every module imports, a hard op, ``hg.bernoulli`` and
-    ``hg.expectation(..., estimator="rloo")`` run forward and backward, and the
+    ``hg.expectation(..., estimator="rloo")`` run forward and backward, ``hg.soft_rank``
+    compiles its C kernel from the installed source into the cache (where a compiler is
+    found) and agrees with the tensor path, and the
     ``hardgrad`` console script answers ``--help``, ``--version`` and ``list``."""
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path, timeout=120)
@@ -349,7 +366,10 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(built: Built, tmp_path: Path)
     version = _source_version()
     script = tmp_path / "smoke.py"
     script.write_text(SMOKE)
-    result = _run([python, script, venv, version], cwd=tmp_path, timeout=300, env=env)
+    env["HARDGRAD_CACHE_DIR"] = str(tmp_path / "kernels")
+    result = _run(
+        [python, script, venv, version, tmp_path / "kernels"], cwd=tmp_path, timeout=300, env=env
+    )
     assert "smoke ok" in result.stdout
 
     hardgrad = bin_dir / "hardgrad"
