@@ -167,7 +167,10 @@ def solved_backward(
     graph)."""
     s, w, start, perm, out, weight_s, weight_w = tensors
     assert s is not None and w is not None and start is not None
-    if solved.native and not torch.is_grad_enabled():
+    # The kernel reads raw memory: not for a backward that builds a graph, nor one run under
+    # a vmap (jacobian(..., vectorize=True) vmaps the backward: its grad is a batched
+    # tensor with no storage of its own).
+    if solved.native and not torch.is_grad_enabled() and _native_pav.in_memory(grad):
         return _native_pav.backward(
             solved.kl, solved.mode, start, weight_s, weight_w, grad.to(s.dtype), *need,
             perm=perm, out=out,

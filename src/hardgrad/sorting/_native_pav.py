@@ -22,7 +22,15 @@ from torch import Tensor
 
 from .._core import native
 
-__all__ = ["MODES", "available", "backward", "forward", "sort_descending", "status"]
+__all__ = [
+    "MODES",
+    "available",
+    "backward",
+    "forward",
+    "in_memory",
+    "sort_descending",
+    "status",
+]
 
 _SOURCE = Path(__file__).with_name("_pav_kernel.c")
 #: Value outputs of :func:`forward`: none, ``s - v``, ``v`` or ``exp(s - v)``.
@@ -83,12 +91,22 @@ def status() -> tuple[bool, str]:
     return False, native.failure(_SOURCE) or "not built"
 
 
+def in_memory(t: Tensor) -> bool:
+    """Whether ``t`` has memory of its own the kernel can read (not a batched tensor of a
+    vmap, e.g. the gradients ``jacobian(..., vectorize=True)`` hands a backward)."""
+    try:
+        t.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
 def available(*tensors: Tensor) -> bool:
-    """Whether the kernel can run on these tensors (CPU, float32 or float64, one dtype) and
-    is compiled (compiling it now if it was not yet tried)."""
+    """Whether the kernel can run on these tensors (CPU, float32 or float64, one dtype,
+    memory of their own) and is compiled (compiling it now if it was not yet tried)."""
     dtype = tensors[0].dtype
     for t in tensors:
-        if t.device.type != "cpu" or t.dtype != dtype:
+        if t.device.type != "cpu" or t.dtype != dtype or not in_memory(t):
             return False
     return dtype in _SUFFIX and _library() is not None
 
