@@ -102,11 +102,12 @@ def in_memory(t: Tensor) -> bool:
 
 
 def available(*tensors: Tensor) -> bool:
-    """Whether the kernel can run on these tensors (CPU, float32 or float64, one dtype,
-    memory of their own) and is compiled (compiling it now if it was not yet tried)."""
+    """Whether the kernel can run on these tensors (CPU, float32 or float64, one dtype) and
+    is compiled (compiling it now if it was not yet tried). (The eager callers hand it
+    plain tensors; a backward checks its incoming gradient with :func:`in_memory`.)"""
     dtype = tensors[0].dtype
     for t in tensors:
-        if t.device.type != "cpu" or t.dtype != dtype or not in_memory(t):
+        if t.device.type != "cpu" or t.dtype != dtype:
             return False
     return dtype in _SUFFIX and _library() is not None
 
