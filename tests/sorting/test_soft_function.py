@@ -517,3 +517,17 @@ def test_vectorized_jacobian_and_hessian_equal_the_looped_ones():
         looped = torch.autograd.functional.hessian(loss, x[0])
         vectorized = torch.autograd.functional.hessian(loss, x[0], vectorize=True)
         torch.testing.assert_close(vectorized, looped, rtol=1e-12, atol=1e-10)
+
+
+def test_gradcheck_with_batched_grads():
+    """gradcheck and gradgradcheck with check_batched_grad=True (vmapped backward and
+    double backward) through the eager Functions."""
+    x = rows(20, seed=92, count=2).requires_grad_()
+    for name in FUNCTIONS:
+        for reg in REGS:
+
+            def f(t, fn=FUNCTIONS[name], reg=reg):
+                return fn(t, strength=0.7, regularization=reg)
+
+            assert torch.autograd.gradcheck(f, (x,), check_batched_grad=True, fast_mode=True)
+            assert torch.autograd.gradgradcheck(f, (x,), check_batched_grad=True, fast_mode=True)
