@@ -533,3 +533,22 @@ def test_gradcheck_with_batched_grads():
 
             assert torch.autograd.gradcheck(f, (x,), check_batched_grad=True, fast_mode=True)
             assert torch.autograd.gradgradcheck(f, (x,), check_batched_grad=True, fast_mode=True)
+
+
+def test_half_types_are_the_float64_result_rounded_once():
+    """float16 and bfloat16 inputs on the fast path: the result is the float64 soft sort or
+    rank of the same (exactly representable) inputs rounded once to the input's dtype, bit
+    for bit (the Functions write the input's dtype straight from their float64 solution;
+    strength 0.5 keeps x / strength exact in every dtype)."""
+    if not KERNEL:
+        pytest.skip("the float64 solution is the kernel path's")
+    g = torch.Generator().manual_seed(93)
+    base = torch.randn(3, 40, generator=g, dtype=F64)
+    for dtype in (torch.float16, torch.bfloat16):
+        x = base.to(dtype)
+        for name, reg, descending, strength in cases((0.5,)):
+            fn = FUNCTIONS[name]
+            got = fn(x, strength=strength, regularization=reg, descending=descending)
+            want = fn(x.double(), strength=strength, regularization=reg, descending=descending)
+            assert got.dtype == dtype
+            assert torch.equal(got, want.to(dtype)), (dtype, name, reg, descending)

@@ -84,11 +84,17 @@ def _rho(n: int, like: Tensor) -> Tensor:
 
 
 def _soft_sort(
-    x: Tensor, strength: float, regularization: str, descending: bool, fast: bool = True
+    x: Tensor,
+    strength: float,
+    regularization: str,
+    descending: bool,
+    fast: bool = True,
+    out_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """Soft sort along the last dimension (already in the compute dtype): the eager fast
     path unless ``fast=False`` (the differentiable composition); ascending is
-    :math:`-s(-x)`."""
+    :math:`-s(-x)`. ``out_dtype``: the fast path's result dtype (rounded once from its
+    float64 solution; default ``x``'s)."""
     n = x.shape[-1]
     x = _bounded(x, n)
     if fast and use_functions(x):
@@ -100,7 +106,7 @@ def _soft_sort(
             fast=False,
         )
         kl = regularization == "kl"
-        return SoftSort.apply(x, strength, kl, descending, composition)
+        return SoftSort.apply(x, strength, kl, descending, composition, out_dtype or x.dtype)
     if descending:
         return _soft_sort_desc(x, strength, regularization)
     return 0.0 - _soft_sort_desc(-x, strength, regularization)  # 0 - (...): no -0.0
@@ -116,13 +122,17 @@ def _soft_sort_desc(x: Tensor, strength: float, regularization: str) -> Tensor:
     return _primal(z.expand_as(w), w, regularization)
 
 
-def _soft_rank_asc(x: Tensor, strength: float, regularization: str) -> Tensor:
-    """Ascending soft rank (1 = smallest) along the last dimension."""
+def _soft_rank_asc(
+    x: Tensor, strength: float, regularization: str, out_dtype: torch.dtype | None = None
+) -> Tensor:
+    """Ascending soft rank (1 = smallest) along the last dimension (``out_dtype``: the fast
+    path's result dtype, default ``x``'s)."""
     n = x.shape[-1]
     z = _bounded_scaled(x, n, strength)
     if use_functions(z):
         composition = partial(_soft_rank_scaled, regularization=regularization)
-        return SoftRankAscending.apply(z, regularization == "kl", composition)
+        kl = regularization == "kl"
+        return SoftRankAscending.apply(z, kl, composition, out_dtype or z.dtype)
     return _soft_rank_scaled(z, regularization)
 
 
@@ -199,7 +209,7 @@ def soft_sort(
     """
     d = _check_soft(x, dim, strength, regularization, descending)
     z = _to_last(opmath(x), d)
-    out = _soft_sort(z, strength, regularization, descending)
+    out = _soft_sort(z, strength, regularization, descending, out_dtype=x.dtype)
     return _from_last(out, d).to(x.dtype)
 
 
@@ -250,5 +260,5 @@ def soft_rank(
     """
     d = _check_soft(x, dim, strength, regularization, descending)
     z = _to_last(opmath(x), d)
-    out = _soft_rank_asc(-z if descending else z, strength, regularization)
+    out = _soft_rank_asc(-z if descending else z, strength, regularization, x.dtype)
     return _from_last(out, d).to(x.dtype)

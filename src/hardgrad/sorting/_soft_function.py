@@ -69,7 +69,7 @@ def _recompute(composition: Composition, x: Tensor, grad: Tensor) -> Tensor:
     run with ``create_graph=True``)."""
     with torch.enable_grad():
         out = composition(x)
-    return torch.autograd.grad(out, x, grad, create_graph=True)[0]
+    return torch.autograd.grad(out, x, grad.to(out.dtype), create_graph=True)[0]
 
 
 def _work_dtype(x: Tensor) -> torch.dtype:
@@ -81,10 +81,11 @@ def _work_dtype(x: Tensor) -> torch.dtype:
 
 
 class SoftSort(torch.autograd.Function):
-    r"""``apply(x, strength, kl, descending, composition)``: the soft sort of ``x``
+    r"""``apply(x, strength, kl, descending, composition, out_dtype)``: the soft sort of ``x``
     (bounded, rows along the last dimension): descending :math:`\rho/\varepsilon - v`,
     ascending its mirror :math:`-s(-x)`; ``composition(x)`` computes the same as
-    differentiable operations."""
+    differentiable operations; the result in ``out_dtype`` (the caller's: float64 results
+    rounded once, also for half types, whose ``x`` comes in float32)."""
 
     @staticmethod
     def forward(
@@ -94,6 +95,7 @@ class SoftSort(torch.autograd.Function):
         kl: bool,
         descending: bool,
         composition: Composition,
+        out_dtype: torch.dtype,
     ) -> Tensor:
         n, work = x.shape[-1], _work_dtype(x)
         kernel = _native_pav.available(x)
@@ -108,28 +110,30 @@ class SoftSort(torch.autograd.Function):
             descending,
         )
         out = out if descending else 0.0 - out  # 0 - (...): no -0.0
-        return out.to(x.dtype)
+        return out.to(out_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, perm, *tensors = ctx.saved_tensors
         if torch.is_grad_enabled():
-            return _recompute(ctx.composition, x, grad), None, None, None, None
+            return _recompute(ctx.composition, x, grad), None, None, None, None, None
         work = _work_dtype(x)
         _, grad_w = solved_backward(ctx.solved, tuple(tensors), grad.to(work), (False, True))
         assert grad_w is not None
         # descending: d out / d sorted(x) = grad_w; ascending: out = -s(-x), the two signs cancel
         grad_x = torch.empty_like(grad_w).scatter_(-1, perm, grad_w)
-        return grad_x.to(x.dtype), None, None, None, None
+        return grad_x.to(x.dtype), None, None, None, None, None
 
 
 class SoftRankAscending(torch.autograd.Function):
-    r"""``apply(z, kl, composition)``: the ascending soft ranks of ``z`` :math:`= x /
+    r"""``apply(z, kl, composition, out_dtype)``: the ascending soft ranks of ``z`` :math:`= x /
     \varepsilon` (bounded, rows along the last dimension); ``composition(z)`` computes the
     same as differentiable operations."""
 
     @staticmethod
-    def forward(ctx: Any, z: Tensor, kl: bool, composition: Composition) -> Tensor:
+    def forward(
+        ctx: Any, z: Tensor, kl: bool, composition: Composition, out_dtype: torch.dtype
+    ) -> Tensor:
         work = _work_dtype(z)
         kernel = _native_pav.available(z)
         s, perm = sort_descending(z, kernel)  # in z's dtype: the order is the same
@@ -139,14 +143,14 @@ class SoftRankAscending(torch.autograd.Function):
         ranks, solved = solve(s, w, kl, "exp" if kl else "primal", perm, kernel=kernel)
         ctx.save_for_backward(z, *solved.tensors)
         ctx.solved, ctx.composition = solved._replace(tensors=()), composition
-        return ranks.to(z.dtype)
+        return ranks.to(out_dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         z, *tensors = ctx.saved_tensors
         if torch.is_grad_enabled():
-            return _recompute(ctx.composition, z, grad), None, None
+            return _recompute(ctx.composition, z, grad), None, None, None
         work = _work_dtype(z)
         grad_z, _ = solved_backward(ctx.solved, tuple(tensors), grad.to(work), (True, False))
         assert grad_z is not None
-        return grad_z.to(z.dtype), None, None
+        return grad_z.to(z.dtype), None, None, None
