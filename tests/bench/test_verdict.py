@@ -148,6 +148,27 @@ def test_speed_samplers_claim_counts_same_semantics_rows_only() -> None:
     assert (claim.status, claim.detail) == (HELD, "1/1 faster")
 
 
+def test_speed_soft_sort_claim_only_where_torchsort_was_timed() -> None:
+    """The soft sorts against torchsort: a claim from the rows torchsort was timed in (it is
+    optional: none without it), naming whether the kernel ran."""
+    untimed = {"op": "soft_rank", "torchsort_ms": None, "native_kernel": True}
+    data = {"ops": {}, "sorting": {"soft_rank/l2/256x100": untimed}}
+    assert not [c for c in derive("speed", "", data, {}).claims if "torchsort" in c.text]
+    timed = {**_timed("faster", 0.6), "torchsort_ms": 1.3, "native_kernel": True}
+    data["sorting"]["soft_rank/kl/256x100"] = timed
+    (claim,) = [c for c in derive("speed", "", data, {}).claims if "torchsort" in c.text]
+    assert (claim.text, claim.status, claim.detail) == (
+        "soft sort/rank <= 1.0x torchsort (with the C kernel)",
+        HELD,
+        "1/1 faster",
+    )
+    data["sorting"]["soft_rank/kl/256x100"] = {**timed, **_timed("slower", 2.5)}
+    data["sorting"]["soft_rank/kl/256x100"]["native_kernel"] = False
+    (claim,) = [c for c in derive("speed", "", data, {}).claims if "torchsort" in c.text]
+    assert claim.status == NOT_HELD and "no C kernel" in claim.text
+    assert "slower: soft_rank/kl/256x100" in claim.detail
+
+
 def test_unknown_task_and_malformed_results_still_give_a_line() -> None:
     assert derive("unknown", "things", {}, {}).claims == []
     broken = derive("toy", "toy things", {"no rows": []}, {})

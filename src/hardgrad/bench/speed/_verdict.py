@@ -1,5 +1,6 @@
 """The ``speed`` task's verdict: every op and sampler at most 1.0x the fastest hand-written
-alternative (see :mod:`hardgrad.bench.verdict`)."""
+alternative, and the soft sorts at most 1.0x torchsort where torchsort was timed (see
+:mod:`hardgrad.bench.verdict`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ def _speed(data: Mapping[str, Any], settings: Mapping[str, Any]) -> Verdict:
     }
     if rows:
         claims.append(_ratio_claim("samplers <= 1.0x torch, same semantics (eager)", rows))
+    sorting = data.get("sorting") or {}
+    against_torchsort = {
+        name: row
+        for name, row in sorting.items()
+        if isinstance(row, Mapping) and row.get("torchsort_ms") is not None
+    }
+    if against_torchsort:  # torchsort is optional: no claim where it was not timed
+        kernel = all(row.get("native_kernel", True) for row in against_torchsort.values())
+        path = "with the C kernel" if kernel else "tensor path: no C kernel here"
+        claims.append(_ratio_claim(f"soft sort/rank <= 1.0x torchsort ({path})", against_torchsort))
     eager = [o["eager"] for o in ops.values() if o.get("eager")]
     faster = sum(s.get("verdict", "") == "faster" for s in eager)
     winner = f"hardgrad faster in {faster}/{len(eager)} ops (eager)" if eager else "n/a"
