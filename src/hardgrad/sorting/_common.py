@@ -80,3 +80,8 @@ def _plain() -> bool:
         return False
     forward_ad = getattr(torch.autograd, "forward_ad", None)
     return getattr(forward_ad, "_current_level", -1) < 0
+
+
+def _rho(n: int, like: Tensor) -> Tensor:
+    """:math:`\\rho = (n, n-1, \\dots, 1)` in ``like``'s dtype and device."""
+    return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)

@@ -39,6 +39,7 @@ from . import _native_pav
 from ._common import _plain
 from ._isotonic import (
     _pav_blocks,
+    _segment_gap,
     _segment_log_sum_exp,
     _segment_mean,
     block_primal,
@@ -78,9 +79,7 @@ def _gap(s: Tensor, start: Tensor, kl: bool) -> Tensor:
     their ``-log|B|``; a block of one gives 0 exactly."""
     if not kl:
         return s - _segment_mean(s, start)
-    top = torch.full_like(s, -torch.inf).scatter_reduce(-1, start, s, "amax").gather(-1, start)
-    shifted = s - top
-    return shifted - torch.log(_block_sum(torch.exp(shifted), start))
+    return _segment_gap(s, start)
 
 
 def _block_sum(g: Tensor, start: Tensor) -> Tensor:

@@ -20,6 +20,7 @@ from ._common import (
     _check_bool,
     _check_choice,
     _check_input,
+    _rho,
 )
 from ._isotonic_function import isotonic_output
 from ._soft_function import SoftRankAscending, SoftSort, use_functions
@@ -76,11 +77,6 @@ def _to_last(x: Tensor, d: int) -> Tensor:
 def _from_last(x: Tensor, d: int) -> Tensor:
     """The inverse of :func:`_to_last`."""
     return x if d == x.dim() - 1 else x.movedim(-1, d)
-
-
-def _rho(n: int, like: Tensor) -> Tensor:
-    """:math:`\\rho = (n, n-1, \\dots, 1)`."""
-    return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
 
 
 def _soft_sort(

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from . import _native_pav
-from ._common import _bounded
+from ._common import _bounded, _rho
 from ._isotonic_function import FUNCTION_MIN_LENGTH_WITHOUT_KERNEL, eager, solve, solved_backward
 
 __all__ = [
@@ -36,10 +36,6 @@ __all__ = [
 ]
 
 Composition = Callable[[Tensor], Tensor]
-
-
-def _rho(n: int, like: Tensor) -> Tensor:
-    return torch.arange(n, 0, -1, dtype=like.dtype, device=like.device)
 
 
 def use_functions(x: Tensor) -> bool:
